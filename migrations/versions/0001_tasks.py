@@ -1,0 +1,18 @@
+"""tasks"""
+
+from alembic import op
+
+from taskq.sqlfiles import ddl
+
+revision = "0001"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.execute(ddl("0001_tasks"))
+
+
+def downgrade() -> None:
+    op.execute(ddl("0001_tasks.down"))

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS taskq.task_executed;
+DROP TABLE IF EXISTS taskq.tasks;

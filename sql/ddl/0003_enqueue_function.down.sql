@@ -1,0 +1,2 @@
+DROP FUNCTION IF EXISTS taskq.enqueue(text, jsonb, text, text, integer, timestamptz, interval,
+                                      integer, integer, text);

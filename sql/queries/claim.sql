@@ -1,0 +1,31 @@
+-- name: claim_batch
+-- Claim up to %(limit)s runnable tasks of one queue, of the types this worker can run, highest
+-- priority first, then oldest runnable time, then id. Every claim mints a fresh effective_id:
+-- the attempt's token, which every later write of this attempt must present.
+-- MATERIALIZED: the LIMIT must bound the UPDATE. Written as `WHERE id IN (subquery)` the planner
+-- may turn it into a semi-join that re-evaluates the LIMIT and updates more rows than asked.
+-- Index: tasks_runnable_idx (queue, priority DESC, runnable_at, id) WHERE status IN (PENDING,
+-- FAILED): finished rows are not in it, so the scan cost does not grow with history.
+WITH picked AS MATERIALIZED (
+    SELECT id
+    FROM taskq.tasks
+    WHERE status IN ('PENDING', 'FAILED')
+      AND queue = %(queue)s
+      AND runnable_at <= now()
+      AND task_type = ANY(%(task_types)s::text[])
+    ORDER BY priority DESC, runnable_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE taskq.tasks AS t
+SET status = 'PROCESSING',
+    effective_id = gen_random_uuid(),
+    worker_id = %(worker_id)s,
+    started_at = now(),
+    finished_at = NULL,
+    updated_at = now()
+FROM picked
+WHERE t.id = picked.id
+RETURNING t.id, t.task_type, t.queue, t.biz_id, t.payload, t.priority, t.retry_count,
+          t.max_retry_count, t.timeout_seconds, t.effective_id, t.trace_id, t.created_at,
+          t.scheduled_at, t.started_at;

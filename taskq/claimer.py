@@ -1,0 +1,181 @@
+"""The Claimer: one per queue. Claims runnable tasks, never more than its free slots, and hands
+each one to the executor.
+
+It claims when (a) the notifier says the queue got work, (b) the jittered poll fires (the
+fallback for lost notifications and for retries coming due), or (c) a slot frees up while the
+last claim came back full (there is probably more). After a claim that came back short the
+queue is drained, and freed slots wait for (a) or (b) instead of querying an empty queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+from psycopg_pool import AsyncConnectionPool
+
+from taskq import store
+from taskq.backoff import Backoff, jittered
+from taskq.db import ConnectionError_, first_line
+from taskq.executor import Executor
+from taskq.model import ClaimedTask
+from taskq.outcome import Outcome
+
+log = structlog.get_logger("taskq.claimer")
+
+
+class Claimer:
+    def __init__(
+        self,
+        *,
+        queue: str,
+        slots: int,
+        task_types: Sequence[str],
+        pool: AsyncConnectionPool[Any],
+        executor: Executor,
+        report: Callable[[Outcome], None],
+        worker_id: str,
+        poll_interval_seconds: float,
+    ) -> None:
+        self.queue = queue
+        self.slots = slots
+        self._task_types = list(task_types)
+        self._pool = pool
+        self._executor = executor
+        self._report = report
+        self._worker_id = worker_id
+        self._poll = poll_interval_seconds
+        self._wake = asyncio.Event()
+        self._wake.set()  # look once at start
+        self._changed = asyncio.Event()
+        self._stopping = False
+        self._in_flight: dict[int, ClaimedTask] = {}
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._interrupted: list[ClaimedTask] = []
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.claims = 0
+
+    @property
+    def free_slots(self) -> int:
+        return self.slots - len(self._in_flight)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop claiming now; in-flight tasks keep running."""
+        self._stopping = True
+        self._changed.set()
+        self._wake.set()
+
+    def interrupt(self) -> None:
+        """Cancel every in-flight attempt (forced shutdown); they are released, not charged."""
+        for task in list(self._tasks.values()):
+            task.cancel()
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                await self._claim_loop(group)
+        finally:
+            await self._release_interrupted()
+
+    async def _claim_loop(self, group: asyncio.TaskGroup) -> None:
+        backoff = Backoff(initial=0.1, cap=5.0)
+        outage_logged = False
+        while not self._stopping:
+            if self.free_slots <= 0:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            if not self._wake.is_set():
+                try:
+                    async with asyncio.timeout(jittered(self._poll)):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+            if self._stopping:
+                break
+            self._wake.clear()
+            limit = self.free_slots
+            try:
+                async with self._pool.connection() as conn:
+                    claimed = await store.claim_batch(
+                        conn,
+                        queue=self.queue,
+                        task_types=self._task_types,
+                        limit=limit,
+                        worker_id=self._worker_id,
+                    )
+            except ConnectionError_ as exc:
+                if not outage_logged:
+                    log.warning("claim_unavailable", queue=self.queue, error=first_line(exc))
+                    outage_logged = True
+                self._wake.set()  # try again after the pause
+                await asyncio.sleep(backoff.next_delay())
+                continue
+            except Exception:  # loop boundary: log, pause, keep serving
+                log.exception("claim_failed", queue=self.queue)
+                await asyncio.sleep(jittered(self._poll))
+                continue
+            if outage_logged:
+                log.info("claim_resumed", queue=self.queue)
+                outage_logged = False
+            backoff.reset()
+            self.claims += 1
+            if len(claimed) == limit:
+                self._wake.set()  # a full batch: there is probably more
+            for task in claimed:
+                self._in_flight[task.id] = task
+                self.idle.clear()
+                log.debug(
+                    "task_claimed",
+                    task_id=task.id,
+                    task_type=task.task_type,
+                    queue=task.queue,
+                    attempt=task.retry_count,
+                    effective_id=str(task.effective_id),
+                )
+                self._tasks[task.id] = group.create_task(self._run_one(task))
+
+    async def _run_one(self, task: ClaimedTask) -> None:
+        try:
+            await self._executor.run(task, self._report)
+        except asyncio.CancelledError:
+            self._interrupted.append(task)
+            raise
+        except Exception:  # loop boundary: the executor reports handler errors itself
+            log.exception("executor_failed", task_id=task.id)
+        finally:
+            self._in_flight.pop(task.id, None)
+            self._tasks.pop(task.id, None)
+            if not self._in_flight:
+                self.idle.set()
+            self._changed.set()
+
+    async def _release_interrupted(self) -> None:
+        """Give interrupted attempts back as runnable, without charging an attempt."""
+        if not self._interrupted:
+            return
+        tasks, self._interrupted = self._interrupted, []
+        ids = [t.id for t in tasks]
+        tokens: list[uuid.UUID] = [t.effective_id for t in tasks]
+        backoff = Backoff(initial=0.1, cap=2.0)
+        for _ in range(20):
+            try:
+                async with self._pool.connection() as conn:
+                    released = await store.release_many(conn, ids, tokens)
+                log.info("tasks_released", queue=self.queue, task_ids=released)
+                return
+            except ConnectionError_ as exc:
+                log.warning("release_delayed", error=first_line(exc))
+                await asyncio.sleep(backoff.next_delay())
+        log.error("release_failed", task_ids=ids)

@@ -1,0 +1,439 @@
+"""The ``taskq`` command. Thin on purpose: parse, call one domain function, render, exit.
+
+Exit codes: 0 success; 1 bad input or a refused operation; 2 usage error (click); 3 the
+database is unavailable. Errors are one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+from taskq import dlq as dlq_ops
+from taskq import logs
+from taskq import stats as stats_ops
+from taskq.app import App, load_app
+from taskq.config import resolve_dsn
+from taskq.db import first_line, session
+from taskq.errors import ConfigError, DatabaseUnavailable, TaskqError
+from taskq.worker import Worker, WorkerSettings, parse_queues
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# On a terminal rich fits the window; in a pipe (scripts, logs) never cut names short.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def dsn_option(fn: F) -> F:
+    return click.option(
+        "--dsn",
+        envvar="TASKQ_DSN",
+        help="PostgreSQL connection string. Default: $TASKQ_DSN, else the embedded server.",
+    )(fn)
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, default=str))
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="taskq")
+def cli() -> None:
+    """taskq: a PostgreSQL-only job queue. The taskq.tasks table is the queue."""
+
+
+# --- migrate -------------------------------------------------------------------------------
+
+
+@cli.command()
+@dsn_option
+@click.option("--sql", "as_sql", is_flag=True, help="Print the SQL instead of running it.")
+@click.option("--revision", default="head", show_default=True, help="Target revision.")
+def migrate(dsn: str | None, as_sql: bool, revision: str) -> None:
+    """Create or upgrade the taskq schema (safe to run from many hosts at once)."""
+    from taskq import migrate as migrations  # alembic is slow to import; only load it here
+
+    if as_sql:
+        click.echo(migrations.sql_script(revision))
+        return
+    target = resolve_dsn(dsn)
+    migrations.upgrade(target, revision)
+    click.echo(f"taskq schema is at {revision}")
+
+
+# --- worker --------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--app", "app_spec", required=True, help="Where the App is: module:attribute.")
+@click.option(
+    "--queues",
+    default=None,
+    help="Queues and their concurrency, e.g. sms=8,sync=32. Default: every queue the app's "
+    "tasks use, 10 slots each.",
+)
+@dsn_option
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0.05),
+    default=2.0,
+    show_default=True,
+    help="Seconds between fallback polls (NOTIFY wakes workers sooner).",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="On SIGTERM, seconds to let in-flight tasks finish before giving them back. Keep it "
+    "below systemd's TimeoutStopSec.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    default="auto",
+    show_default=True,
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+def worker(
+    app_spec: str,
+    queues: str | None,
+    dsn: str | None,
+    poll_interval: float,
+    shutdown_timeout: float,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Run a worker process: claim tasks, run their handlers, record the outcome.
+
+    SIGTERM or SIGINT drains gracefully; a second signal gives in-flight tasks back at once.
+    """
+    logs.configure(log_format, log_level)  # type: ignore[arg-type]
+    app = load_app(app_spec)
+    settings = WorkerSettings(
+        queues=parse_queues(queues) if queues else {},
+        poll_interval_seconds=poll_interval,
+        shutdown_timeout_seconds=shutdown_timeout,
+    )
+    w = Worker(app, dsn=resolve_dsn(dsn or app._dsn), settings=settings)
+    asyncio.run(_serve(w))
+    if w.threads_busy():
+        # A sync handler is still running in a thread we cannot kill; its attempt was given
+        # back already. Do not let the interpreter wait for it at exit.
+        sys.stderr.flush()
+        os._exit(0)
+
+
+async def _serve(w: Worker) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, w.request_stop)
+    await w.run()
+
+
+# --- enqueue -------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("task_type")
+@click.option("--payload", default="{}", show_default=True, help="The payload, as JSON.")
+@click.option("--biz-id", default=None, help="Business key (order number, user id...).")
+@click.option("--priority", type=int, default=None, help="Larger runs first (default 0).")
+@click.option("--queue", default=None, help="Queue name (default 'default').")
+@click.option("--delay", type=click.FloatRange(min=0), default=None, help="Seconds from now.")
+@dsn_option
+@json_option
+def enqueue(
+    task_type: str,
+    payload: str,
+    biz_id: str | None,
+    priority: int | None,
+    queue: str | None,
+    delay: float | None,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
+    """Put one task on the queue and print its id."""
+    try:
+        value = json.loads(payload)
+    except ValueError as exc:
+        raise ConfigError(f"--payload is not valid JSON: {exc}") from None
+    target = resolve_dsn(dsn)
+    with session(target) as conn:
+        task_id = App(dsn=target).enqueue(
+            conn, task_type, value, biz_id=biz_id, priority=priority, queue=queue, delay=delay
+        )
+    if as_json:
+        print_json({"id": task_id})
+    else:
+        click.echo(task_id)
+
+
+# --- stats ---------------------------------------------------------------------------------
+
+
+@cli.command()
+@dsn_option
+@json_option
+def stats(dsn: str | None, as_json: bool) -> None:
+    """Backlog by queue, task type and status, with the age of the oldest runnable task."""
+    rows = stats_ops.backlog(resolve_dsn(dsn))
+    if as_json:
+        print_json([r.as_dict() for r in rows])
+        return
+    render_stats(rows)
+
+
+def render_stats(rows: list[stats_ops.TypeStats]) -> None:
+    table = Table(title="taskq backlog", title_justify="left")
+    for col in ("queue", "task type"):
+        table.add_column(col)
+    for col in ("runnable", "PENDING", "PROCESSING", "FAILED", "DEAD_LETTER", "SUCCESS"):
+        table.add_column(col, justify="right")
+    table.add_column("oldest runnable", justify="right")
+    for r in rows:
+        c = r.counts
+        table.add_row(
+            r.queue,
+            r.task_type,
+            str(r.runnable),
+            str(c["PENDING"]),
+            str(c["PROCESSING"]),
+            str(c["FAILED"]),
+            f"[red]{c['DEAD_LETTER']}[/red]" if c["DEAD_LETTER"] else "0",
+            str(c["SUCCESS"]),
+            age(r.oldest_runnable_seconds),
+        )
+    if not rows:
+        out.print("no tasks")
+        return
+    out.print(table)
+
+
+# --- dlq -----------------------------------------------------------------------------------
+
+
+@cli.group()
+def dlq() -> None:
+    """Operate dead letters: list, show, requeue, discard (every action is audited)."""
+
+
+@dlq.command("list")
+@click.option("--task-type", default=None, help="Only this task type.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@dsn_option
+@json_option
+def dlq_list(task_type: str | None, limit: int, dsn: str | None, as_json: bool) -> None:
+    """List dead letters, newest first."""
+    rows = dlq_ops.list_dead(resolve_dsn(dsn), task_type=task_type, limit=limit)
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("no dead letters")
+        return
+    table = Table(title="dead letters", title_justify="left")
+    for col in ("id", "task type", "queue", "biz id", "retries", "dead since", "last error"):
+        table.add_column(col)
+    for r in rows:
+        error = (r["last_error"] or "").splitlines()
+        table.add_row(
+            str(r["id"]),
+            r["task_type"],
+            r["queue"],
+            r["biz_id"] or "",
+            f"{r['retry_count']}/{r['max_retry_count']}",
+            str(r["finished_at"])[:19] if r["finished_at"] else "",
+            error[0][:80] if error else "",
+        )
+    out.print(table)
+
+
+@dlq.command("show")
+@click.argument("task_id", type=int)
+@dsn_option
+@json_option
+def dlq_show(task_id: int, dsn: str | None, as_json: bool) -> None:
+    """Show one task in full: payload, last error with traceback, audit history."""
+    row, audit = dlq_ops.show(resolve_dsn(dsn), task_id)
+    if as_json:
+        print_json({"task": row, "audit": audit})
+        return
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in row.items():
+        if key in ("payload", "progress", "last_error"):
+            continue
+        table.add_row(key, "" if value is None else str(value))
+    out.print(table)
+    out.print("[bold]payload[/bold]")
+    out.print(json.dumps(row["payload"], indent=2), markup=False)
+    if row.get("progress") is not None:
+        out.print(f"[bold]progress[/bold] {json.dumps(row['progress'])}", markup=True)
+    if row.get("last_error"):
+        out.print("[bold]last error[/bold]")
+        out.print(row["last_error"], markup=False)
+    if audit:
+        out.print("[bold]audit[/bold]")
+        for a in audit:
+            note = f" — {a['note']}" if a["note"] else ""
+            out.print(f"  {a['at']}  {a['action']} by {a['actor']}{note}", markup=False)
+
+
+def _selection(ids: tuple[int, ...], task_type: str | None, everything: bool) -> dlq_ops.Selection:
+    return dlq_ops.Selection(ids=ids or None, task_type=task_type, everything=everything)
+
+
+def _selection_options(fn: F) -> F:
+    fn = click.argument("ids", nargs=-1, type=int)(fn)
+    fn = click.option("--task-type", default=None, help="Every dead letter of this type.")(fn)
+    fn = click.option("--all", "everything", is_flag=True, help="Every dead letter.")(fn)
+    fn = click.option("--note", default=None, help="Why (stored in the audit table).")(fn)
+    fn = click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")(fn)
+    return fn
+
+
+@dlq.command("requeue")
+@_selection_options
+@click.option(
+    "--reset-retries", is_flag=True, help="Start over with the full retry budget (retry_count=0)."
+)
+@dsn_option
+@json_option
+def dlq_requeue(
+    ids: tuple[int, ...],
+    task_type: str | None,
+    everything: bool,
+    note: str | None,
+    dry_run: bool,
+    reset_retries: bool,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
+    """Move dead letters back to PENDING: IDs, or --task-type T, or --all."""
+    selection = _selection(ids, task_type, everything)
+    target = resolve_dsn(dsn)
+    if dry_run:
+        rows = dlq_ops.preview(target, selection)
+        _report("would requeue", [int(r["id"]) for r in rows], as_json, dry_run=True)
+        return
+    moved = dlq_ops.requeue(target, selection, reset_retries=reset_retries, note=note)
+    _report("requeued", moved, as_json)
+
+
+@dlq.command("discard")
+@_selection_options
+@dsn_option
+@json_option
+def dlq_discard(
+    ids: tuple[int, ...],
+    task_type: str | None,
+    everything: bool,
+    note: str | None,
+    dry_run: bool,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
+    """Delete dead letters for good (the audit table keeps a copy): IDs, --task-type, --all."""
+    selection = _selection(ids, task_type, everything)
+    target = resolve_dsn(dsn)
+    if dry_run:
+        rows = dlq_ops.preview(target, selection)
+        _report("would discard", [int(r["id"]) for r in rows], as_json, dry_run=True)
+        return
+    gone = dlq_ops.discard(target, selection, note=note)
+    _report("discarded", gone, as_json)
+
+
+def _report(verb: str, ids: list[int], as_json: bool, *, dry_run: bool = False) -> None:
+    if as_json:
+        print_json({"dry_run": dry_run, "ids": ids, "count": len(ids)})
+        return
+    shown = ", ".join(str(i) for i in ids[:20]) + (" ..." if len(ids) > 20 else "")
+    click.echo(f"{verb} {len(ids)} task(s)" + (f": {shown}" if ids else ""))
+
+
+# --- demo ----------------------------------------------------------------------------------
+
+
+@cli.command()
+@dsn_option
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=5),
+    default=50,
+    show_default=True,
+    help="Give up after this long.",
+)
+def demo(dsn: str | None, seconds: float) -> None:
+    """A self-contained tour on the embedded database (or --dsn): enqueue, run, retry,
+    dead-letter, stats."""
+    from taskq import demo as demo_mod
+
+    code = demo_mod.run(dsn, budget_seconds=seconds, console=out)
+    if code:
+        sys.exit(code)
+
+
+# --- entry point ---------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: maps every expected failure to one line and an exit code."""
+    try:
+        rv = cli.main(args=argv, prog_name="taskq", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("taskq: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except TaskqError as exc:
+        click.echo(f"taskq: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        click.echo(f"taskq: error: {DatabaseUnavailable(first_line(exc))}", err=True)
+        sys.exit(DatabaseUnavailable.exit_code)
+    except psycopg.Error as exc:
+        click.echo(f"taskq: error: database refused: {first_line(exc)}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Where the database is: --dsn, else TASKQ_DSN, else the embedded server."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+from taskq import embedded
+
+
+def _announce(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def resolve_dsn(dsn: str | None, *, announce: Callable[[str], None] = _announce) -> str:
+    """The DSN to use. Falling back to the embedded server is said out loud, because a
+    production process that silently used a local database would be a nasty surprise."""
+    if dsn:
+        return dsn
+    from_env = os.environ.get("TASKQ_DSN")
+    if from_env:
+        return from_env
+    data_dir = embedded.taskq_home() / "pgdata"
+    url = embedded.start_server(data_dir)
+    announce(f"taskq: no --dsn or TASKQ_DSN; using the embedded PostgreSQL in {data_dir}")
+    return url

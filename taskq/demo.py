@@ -1,0 +1,196 @@
+"""``taskq demo``: a one-minute tour on the embedded database.
+
+It creates a fresh ``taskq_demo`` database (on the embedded server; with ``--dsn`` it uses the
+database given), migrates it, registers a few task types, enqueues a mix in one business
+transaction plus one bare SQL INSERT, runs a worker with a live view, and prints the stats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TextColumn
+from rich.table import Table
+
+import taskq
+from taskq import dlq, embedded, logs, migrate, store
+from taskq import stats as stats_ops
+from taskq.db import connect, session
+
+DEMO_DB = "taskq_demo"
+
+
+def build_app(dsn: str) -> taskq.App:
+    app = taskq.App(dsn=dsn)
+
+    @app.task("demo.email", retry_delay=1, retry_jitter=0.5)
+    async def send_email(ctx: taskq.TaskContext, payload: dict[str, Any]) -> None:
+        await asyncio.sleep(random.uniform(0.05, 0.3))  # an SMTP call
+
+    @app.task("demo.thumbnail", retry_delay=1, retry_jitter=0.5)
+    def make_thumbnail(ctx: taskq.TaskContext, payload: dict[str, Any]) -> None:
+        time.sleep(random.uniform(0.2, 0.6))  # CPU or blocking I/O: runs in a thread
+
+    @app.task("demo.report", queue="reports", timeout=60)
+    async def build_report(ctx: taskq.TaskContext, payload: dict[str, Any]) -> None:
+        steps = 12
+        for step in range(steps):
+            await asyncio.sleep(0.35)
+            ctx.progress(100 * (step + 1) / steps, f"section {step + 1}/{steps}")
+
+    @app.task("demo.flaky_sync", retry_delay=1, retry_jitter=0.5)
+    def flaky(ctx: taskq.TaskContext, payload: dict[str, Any]) -> None:
+        if ctx.attempt < 2:
+            raise ConnectionError(f"partner API unavailable (attempt {ctx.attempt})")
+
+    @app.task("demo.broken", max_retry_count=2, retry_delay=0.5, retry_jitter=0.2)
+    def broken(ctx: taskq.TaskContext, payload: dict[str, Any]) -> None:
+        raise ValueError(f"cannot parse order {payload.get('order')!r}")
+
+    @app.task("demo.invalid")
+    def invalid(ctx: taskq.TaskContext, payload: dict[str, Any]) -> None:
+        raise taskq.Permanent("the customer deleted their account: retrying cannot help")
+
+    return app
+
+
+def demo_dsn(dsn: str | None, console: Console) -> str:
+    given = dsn or os.environ.get("TASKQ_DSN")
+    if given:
+        console.print(f"[bold]taskq demo[/bold] on the database you gave ({DEMO_DB} not used)")
+        return given
+    server = embedded.start_server(embedded.taskq_home() / "pgdata")
+    with connect(server, autocommit=True) as conn:
+        store.recreate_database(conn, DEMO_DB)
+    console.print(
+        f"[bold]taskq demo[/bold] on the embedded PostgreSQL in {embedded.taskq_home() / 'pgdata'}"
+        f" (fresh database {DEMO_DB!r})"
+    )
+    return make_conninfo(server, dbname=DEMO_DB)
+
+
+def enqueue_mix(app: taskq.App, dsn: str) -> int:
+    with session(dsn) as conn, conn.transaction():
+        # In a real service this is your business transaction: the tasks commit with it.
+        conn.execute("CREATE TABLE IF NOT EXISTS demo_orders (id int PRIMARY KEY)")
+        for i in range(1, 4):
+            conn.execute("INSERT INTO demo_orders VALUES (%s) ON CONFLICT DO NOTHING", (i,))
+            app.enqueue(conn, "demo.report", {"order": i}, biz_id=f"order-{i}", priority=5)
+        items = [
+            taskq.EnqueueItem("demo.email", {"to": f"user{i}@example.com"}, biz_id=f"user-{i}")
+            for i in range(30)
+        ] + [taskq.EnqueueItem("demo.thumbnail", {"image": i}) for i in range(8)]
+        ids = app.enqueue_many(conn, items)
+        app.enqueue(conn, "demo.flaky_sync", {"order": 7}, biz_id="order-7")
+        app.enqueue(conn, "demo.broken", {"order": "4x2"}, biz_id="order-8")
+        app.enqueue(conn, "demo.invalid", {"user": 99}, biz_id="user-99")
+    with psycopg.connect(dsn, autocommit=True) as raw:
+        # Any language can enqueue with a bare INSERT; the trigger wakes the workers.
+        raw.execute(
+            "INSERT INTO taskq.tasks (task_type, payload) VALUES ('demo.email', "
+            '\'{"to": "from-sql@example.com"}\')'
+        )
+    return len(ids) + 3 + 3 + 1
+
+
+def _view(rows: list[stats_ops.TypeStats], running: list[dict[str, Any]]) -> Group:
+    table = Table(title="taskq demo — live", title_justify="left")
+    table.add_column("task type")
+    for col in ("PENDING", "PROCESSING", "FAILED (retry due)", "SUCCESS", "DEAD_LETTER"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        c = r.counts
+        table.add_row(
+            r.task_type,
+            str(c["PENDING"]),
+            str(c["PROCESSING"]),
+            str(c["FAILED"]),
+            f"[green]{c['SUCCESS']}[/green]",
+            f"[red]{c['DEAD_LETTER']}[/red]",
+        )
+    bars = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[msg]}"))
+    for t in running:
+        if t["task_type"] != "demo.report":
+            continue
+        p = t["progress"] or {}
+        bars.add_task(
+            f"report #{t['id']}",
+            total=100,
+            completed=int(p.get("percent", 0)),
+            msg=p.get("message") or "",
+        )
+    return Group(table, bars)
+
+
+def _settled(rows: list[stats_ops.TypeStats]) -> bool:
+    return bool(rows) and all(
+        r.counts["PENDING"] == r.counts["PROCESSING"] == r.counts["FAILED"] == 0 for r in rows
+    )
+
+
+async def _run(app: taskq.App, dsn: str, budget: float, console: Console) -> bool:
+    worker = taskq.Worker(
+        app,
+        dsn=dsn,
+        settings=taskq.WorkerSettings(
+            queues={"default": 8, "reports": 3},
+            poll_interval_seconds=0.3,
+            shutdown_timeout_seconds=5,
+        ),
+    )
+    deadline = time.monotonic() + budget
+    settled = False
+    with session(dsn) as conn:
+        conn.autocommit = True
+        async with asyncio.TaskGroup() as group:
+            group.create_task(worker.run())
+            with Live(console=console, refresh_per_second=8, transient=False) as live:
+                while time.monotonic() < deadline:
+                    rows = await asyncio.to_thread(stats_ops.backlog, dsn)
+                    running = await asyncio.to_thread(store.running_tasks, conn)
+                    live.update(_view(rows, running))
+                    if _settled(rows):
+                        settled = True
+                        break
+                    await asyncio.sleep(0.2)
+            worker.request_stop()
+    return settled
+
+
+def run(dsn: str | None, *, budget_seconds: float, console: Console) -> int:
+    logs.configure("console", "error")
+    target = demo_dsn(dsn, console)
+    migrate.upgrade(target)
+    app = build_app(target)
+    count = enqueue_mix(app, target)
+    console.print(
+        f"enqueued {count} tasks in one business transaction (+1 bare SQL INSERT); "
+        "starting a worker: queues default=8, reports=3"
+    )
+    started = time.monotonic()
+    settled = asyncio.run(_run(app, target, budget_seconds, console))
+    elapsed = time.monotonic() - started
+    from taskq.cli import render_stats
+
+    render_stats(stats_ops.backlog(target))
+    dead = dlq.list_dead(target, limit=10)
+    if dead:
+        console.print(
+            f"\n{len(dead)} task(s) ended in DEAD_LETTER, as designed. Look at one with "
+            f"[bold]taskq dlq show {dead[0]['id']}[/bold]; replay with "
+            f"[bold]taskq dlq requeue {dead[0]['id']} --note 'fixed'[/bold] "
+            f"(add --dsn '{target}' outside the demo)."
+        )
+    if not settled:
+        console.print(f"[red]demo did not settle within {budget_seconds:.0f}s[/red]")
+        return 1
+    console.print(f"all tasks settled in {elapsed:.1f}s")
+    return 0

@@ -1,0 +1,66 @@
+"""The SQL files, loaded by name.
+
+Every runtime statement is a ``-- name: <query>`` block in ``sql/queries/*.sql``; every schema
+change is a numbered, never-edited file in ``sql/ddl/``. This module is the one place that knows
+where those files live: inside the installed wheel (``taskq/_sql``) or, for a checkout or an
+editable install, the repository's ``sql/`` folder.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import LiteralString, cast
+
+_NAME = re.compile(r"^-- name: ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+
+
+def _package_dir() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def sql_root() -> Path:
+    """The folder holding ``ddl/`` and ``queries/``."""
+    packaged = _package_dir() / "_sql"
+    if packaged.is_dir():
+        return packaged
+    return _package_dir().parent / "sql"
+
+
+def migrations_root() -> Path:
+    """The alembic script folder (``env.py`` and ``versions/``)."""
+    packaged = _package_dir() / "_migrations"
+    if packaged.is_dir():
+        return packaged
+    return _package_dir().parent / "migrations"
+
+
+@functools.cache
+def _queries() -> dict[str, LiteralString]:
+    found: dict[str, LiteralString] = {}
+    for path in sorted((sql_root() / "queries").glob("*.sql")):
+        parts = _NAME.split(path.read_text(encoding="utf-8"))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in found:
+                raise RuntimeError(f"duplicate query name {name!r} in {path.name}")
+            # Our own files, shipped with the package: trusted exactly like code.
+            found[name] = cast(LiteralString, body.strip().rstrip(";"))
+    return found
+
+
+def query(name: str) -> LiteralString:
+    """The statement called ``name`` in ``sql/queries``."""
+    try:
+        return _queries()[name]
+    except KeyError:
+        raise KeyError(f"no SQL query named {name!r}") from None
+
+
+def query_names() -> frozenset[str]:
+    return frozenset(_queries())
+
+
+def ddl(name: str) -> str:
+    """The DDL file ``sql/ddl/<name>.sql`` (used by the alembic revisions)."""
+    return (sql_root() / "ddl" / f"{name}.sql").read_text(encoding="utf-8")

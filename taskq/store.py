@@ -1,0 +1,273 @@
+"""The only module that executes SQL. One small typed function per named query.
+
+Functions that take the *caller's* connection (enqueue) accept a psycopg connection or cursor,
+sync or async, and run inside whatever transaction the caller has open. Worker functions are
+async and take a connection from the worker's pool; CLI functions are sync.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from taskq.model import ClaimedTask, Finished, Status
+from taskq.sqlfiles import query
+
+Row = dict[str, Any]
+SyncTarget = psycopg.Connection[Any] | psycopg.Cursor[Any]
+AsyncTarget = psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any]
+
+
+def _sync_cursor(target: SyncTarget) -> psycopg.Cursor[Row]:
+    conn = target.connection if isinstance(target, psycopg.Cursor) else target
+    return conn.cursor(row_factory=dict_row)
+
+
+def _async_cursor(target: AsyncTarget) -> psycopg.AsyncCursor[Row]:
+    conn = target.connection if isinstance(target, psycopg.AsyncCursor) else target
+    return conn.cursor(row_factory=dict_row)
+
+
+# --- enqueue (caller's connection and transaction) -------------------------------------------
+
+
+def insert_task(target: SyncTarget, params: Mapping[str, Any]) -> int:
+    with _sync_cursor(target) as cur:
+        cur.execute(query("insert_task"), params)
+        row = cur.fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
+async def ainsert_task(target: AsyncTarget, params: Mapping[str, Any]) -> int:
+    async with _async_cursor(target) as cur:
+        await cur.execute(query("insert_task"), params)
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
+def insert_tasks(target: SyncTarget, params: Mapping[str, Any]) -> list[int]:
+    if not params["task_types"]:
+        return []
+    with _sync_cursor(target) as cur:
+        cur.execute(query("insert_tasks"), params)
+        return [int(r["id"]) for r in cur.fetchall()]
+
+
+async def ainsert_tasks(target: AsyncTarget, params: Mapping[str, Any]) -> list[int]:
+    if not params["task_types"]:
+        return []
+    async with _async_cursor(target) as cur:
+        await cur.execute(query("insert_tasks"), params)
+        return [int(r["id"]) for r in await cur.fetchall()]
+
+
+# --- worker: claim and finish (async, pool connections) ----------------------------------------
+
+
+async def claim_batch(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    queue: str,
+    task_types: Sequence[str],
+    limit: int,
+    worker_id: str,
+) -> list[ClaimedTask]:
+    async with _async_cursor(conn) as cur:
+        await cur.execute(
+            query("claim_batch"),
+            {
+                "queue": queue,
+                "task_types": list(task_types),
+                "limit": limit,
+                "worker_id": worker_id,
+            },
+        )
+        rows = await cur.fetchall()
+    tasks = [ClaimedTask(**row) for row in rows]
+    # RETURNING has no order; start them in claim order (priority, then age).
+    tasks.sort(key=lambda t: (-t.priority, t.scheduled_at, t.id))
+    return tasks
+
+
+async def mark_success_many(
+    conn: psycopg.AsyncConnection[Any], ids: Sequence[int], tokens: Sequence[uuid.UUID]
+) -> set[int]:
+    async with _async_cursor(conn) as cur:
+        await cur.execute(query("mark_success_many"), {"ids": list(ids), "tokens": list(tokens)})
+        return {int(r["id"]) for r in await cur.fetchall()}
+
+
+def _finished(row: Row | None) -> Finished | None:
+    if row is None:
+        return None
+    return Finished(Status(row["status"]), int(row["retry_count"]), row["next_retry_time"])
+
+
+async def mark_failed(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    task_id: int,
+    token: uuid.UUID,
+    error: str,
+    delay_seconds: float,
+    jitter_seconds: float,
+    after_seconds: float | None,
+) -> Finished | None:
+    async with _async_cursor(conn) as cur:
+        await cur.execute(
+            query("mark_failed"),
+            {
+                "id": task_id,
+                "token": token,
+                "error": error,
+                "delay": delay_seconds,
+                "jitter": jitter_seconds,
+                "after": after_seconds,
+            },
+        )
+        return _finished(await cur.fetchone())
+
+
+async def mark_dead(
+    conn: psycopg.AsyncConnection[Any], *, task_id: int, token: uuid.UUID, error: str
+) -> Finished | None:
+    async with _async_cursor(conn) as cur:
+        await cur.execute(query("mark_dead"), {"id": task_id, "token": token, "error": error})
+        return _finished(await cur.fetchone())
+
+
+async def release_many(
+    conn: psycopg.AsyncConnection[Any], ids: Sequence[int], tokens: Sequence[uuid.UUID]
+) -> list[int]:
+    async with _async_cursor(conn) as cur:
+        await cur.execute(query("release_many"), {"ids": list(ids), "tokens": list(tokens)})
+        return [int(r["id"]) for r in await cur.fetchall()]
+
+
+async def set_progress(
+    conn: psycopg.AsyncConnection[Any], *, task_id: int, token: uuid.UUID, progress_json: str
+) -> bool:
+    async with _async_cursor(conn) as cur:
+        await cur.execute(
+            query("set_progress"), {"id": task_id, "token": token, "progress": progress_json}
+        )
+        return cur.rowcount == 1
+
+
+# --- operators (sync, CLI) ---------------------------------------------------------------------
+
+
+def get_task(conn: psycopg.Connection[Any], task_id: int) -> Row | None:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("get_task"), {"id": task_id})
+        return cur.fetchone()
+
+
+def audit_for_task(conn: psycopg.Connection[Any], task_id: int) -> list[Row]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("audit_for_task"), {"id": task_id})
+        return cur.fetchall()
+
+
+def dlq_list(conn: psycopg.Connection[Any], *, task_type: str | None, limit: int) -> list[Row]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("dlq_list"), {"task_type": task_type, "limit": limit})
+        return cur.fetchall()
+
+
+def dlq_select(
+    conn: psycopg.Connection[Any], *, ids: Sequence[int] | None, task_type: str | None
+) -> list[Row]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(
+            query("dlq_select"),
+            {"ids": list(ids) if ids is not None else None, "task_type": task_type},
+        )
+        return cur.fetchall()
+
+
+def dlq_requeue(
+    conn: psycopg.Connection[Any],
+    *,
+    ids: Sequence[int] | None,
+    task_type: str | None,
+    reset: bool,
+    actor: str,
+    note: str | None,
+) -> list[int]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(
+            query("dlq_requeue"),
+            {
+                "ids": list(ids) if ids is not None else None,
+                "task_type": task_type,
+                "reset": reset,
+                "actor": actor,
+                "note": note,
+            },
+        )
+        return [int(r["id"]) for r in cur.fetchall()]
+
+
+def dlq_discard(
+    conn: psycopg.Connection[Any],
+    *,
+    ids: Sequence[int] | None,
+    task_type: str | None,
+    actor: str,
+    note: str | None,
+) -> list[int]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(
+            query("dlq_discard"),
+            {
+                "ids": list(ids) if ids is not None else None,
+                "task_type": task_type,
+                "actor": actor,
+                "note": note,
+            },
+        )
+        return [int(r["id"]) for r in cur.fetchall()]
+
+
+def counts_by_status(conn: psycopg.Connection[Any]) -> list[Row]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("counts_by_status"))
+        return cur.fetchall()
+
+
+# --- LISTEN ------------------------------------------------------------------------------------
+
+
+async def listen(conn: psycopg.AsyncConnection[Any], channel: str) -> None:
+    """LISTEN on ``channel``; the name is quoted as an identifier, never interpolated."""
+    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+
+def listen_sync(conn: psycopg.Connection[Any], channel: str) -> None:
+    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+
+def running_tasks(
+    conn: psycopg.Connection[Any], *, task_type: str | None = None, limit: int = 100
+) -> list[Row]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("running_tasks"), {"task_type": task_type, "limit": limit})
+        return cur.fetchall()
+
+
+# --- administration (demo, tests) ---------------------------------------------------------------
+
+
+def recreate_database(conn: psycopg.Connection[Any], name: str) -> None:
+    """DROP (forcing out sessions) and CREATE a database; ``conn`` must be autocommit."""
+    ident = sql.Identifier(name)
+    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+    conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))

@@ -1,0 +1,245 @@
+"""The taskq command as a user runs it: exit codes, one-line errors, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import rows, spawn_worker, status_of, taskq_cli, wait_until_sync
+
+UNREACHABLE = "postgresql://nobody@127.0.0.1:1/nowhere?connect_timeout=2"
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, text: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert text in lines[0], lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_help_everywhere() -> None:
+    for args in (
+        [],
+        ["migrate"],
+        ["worker"],
+        ["enqueue"],
+        ["stats"],
+        ["dlq"],
+        ["dlq", "list"],
+        ["dlq", "show"],
+        ["dlq", "requeue"],
+        ["dlq", "discard"],
+        ["demo"],
+    ):
+        result = taskq_cli(*args, "--help")
+        assert result.returncode == 0, (args, result.stderr)
+        assert "Usage:" in result.stdout
+        if args and args != ["dlq"]:
+            assert "--dsn" in result.stdout, args
+
+
+def test_enqueue_prints_the_id_and_stats_show_it(dsn: str) -> None:
+    result = taskq_cli(
+        "enqueue",
+        "sms.notify",
+        "--payload",
+        '{"to": "+49"}',
+        "--biz-id",
+        "o-1",
+        "--priority",
+        "5",
+        "--queue",
+        "sms",
+        "--delay",
+        "0",
+        "--dsn",
+        dsn,
+    )
+    assert result.returncode == 0, result.stderr
+    task_id = int(result.stdout.strip())
+    row = status_of(dsn, task_id)
+    assert (row["task_type"], row["queue"], row["priority"], row["biz_id"], row["payload"]) == (
+        "sms.notify",
+        "sms",
+        5,
+        "o-1",
+        {"to": "+49"},
+    )
+
+    stats = taskq_cli("stats", "--json", "--dsn", dsn)
+    assert stats.returncode == 0, stats.stderr
+    [entry] = json.loads(stats.stdout)
+    assert entry["queue"] == "sms" and entry["counts"]["PENDING"] == 1 and entry["runnable"] == 1
+    human = taskq_cli("stats", "--dsn", dsn)
+    assert human.returncode == 0 and "sms.notify" in human.stdout
+
+
+def test_dsn_from_environment(dsn: str) -> None:
+    result = taskq_cli("enqueue", "x.y", env={"TASKQ_DSN": dsn})
+    assert result.returncode == 0, result.stderr
+    assert rows(dsn, "SELECT count(*) AS n FROM taskq.tasks")[0]["n"] == 1
+
+
+@pytest.mark.parametrize(
+    "args,text",
+    [
+        (["enqueue", "x.y", "--payload", "{not json"], "--payload is not valid JSON"),
+        (["enqueue", "", "--payload", "{}"], "task type must not be empty"),
+        (["enqueue", "x" * 201], "limit is 200"),
+        (["enqueue", "bad\x01type"], "control characters"),
+        (["enqueue", "x.y", "--queue", "q\tq"], "control characters"),
+        (["enqueue", "x.y", "--priority", "99999"], "priority"),
+        (["dlq", "requeue"], "say which dead letters"),
+        (["dlq", "requeue", "1", "--all"], "give only one of"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(dsn: str, args: list[str], text: str) -> None:
+    result = taskq_cli(*args, "--dsn", dsn)
+    assert_one_line_error(result, 1, text)
+    assert rows(dsn, "SELECT count(*) AS n FROM taskq.tasks")[0]["n"] == 0
+
+
+def test_unreachable_database_exits_3() -> None:
+    for args in (["enqueue", "x.y"], ["stats"], ["dlq", "list"], ["migrate"]):
+        result = taskq_cli(*args, "--dsn", UNREACHABLE)
+        assert_one_line_error(result, 3, "database unavailable")
+
+
+def test_worker_with_unreachable_database_exits_3() -> None:
+    result = taskq_cli("worker", "--app", "tests.apps.basic:app", "--dsn", UNREACHABLE)
+    assert result.returncode == 3, result.stderr
+    assert "database unavailable" in result.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "spec,text",
+    [
+        ("nope_no_such_module:app", "cannot import 'nope_no_such_module'"),
+        ("tests.apps.basic:missing", "has no attribute 'missing'"),
+        ("tests.apps.basic:not_an_app", "not a taskq.App"),
+        ("no-colon", "module:attribute"),
+    ],
+)
+def test_bad_app_is_one_line(dsn: str, spec: str, text: str) -> None:
+    assert_one_line_error(taskq_cli("worker", "--app", spec, "--dsn", dsn), 1, text)
+
+
+def test_bad_queues_spec(dsn: str) -> None:
+    result = taskq_cli("worker", "--app", "tests.apps.basic:app", "--queues", "sms=0", "--dsn", dsn)
+    assert_one_line_error(result, 1, "concurrency must be >= 1")
+
+
+def _dead_letter(dsn: str, task_type: str = "test.dead", error: str = "ValueError: x") -> int:
+    return int(
+        rows(
+            dsn,
+            "INSERT INTO taskq.tasks (task_type, status, retry_count, max_retry_count, last_error,"
+            " finished_at) VALUES (%s, 'DEAD_LETTER', 5, 5, %s, now()) RETURNING id",
+            (task_type, error),
+        )[0]["id"]
+    )
+
+
+def test_dlq_list_show_requeue_discard(dsn: str) -> None:
+    a = _dead_letter(dsn, "test.a", "ValueError: bad order\nTraceback ...")
+    b = _dead_letter(dsn, "test.b")
+    c = _dead_letter(dsn, "test.b")
+
+    listed = json.loads(taskq_cli("dlq", "list", "--json", "--dsn", dsn).stdout)
+    assert {r["id"] for r in listed} == {a, b, c}
+    only_b = json.loads(
+        taskq_cli("dlq", "list", "--task-type", "test.b", "--json", "--dsn", dsn).stdout
+    )
+    assert {r["id"] for r in only_b} == {b, c}
+    human = taskq_cli("dlq", "list", "--dsn", dsn)
+    assert human.returncode == 0 and "bad order" in human.stdout
+
+    shown = taskq_cli("dlq", "show", str(a), "--dsn", dsn)
+    assert shown.returncode == 0 and "Traceback ..." in shown.stdout
+
+    dry = json.loads(
+        taskq_cli(
+            "dlq", "requeue", "--task-type", "test.b", "--dry-run", "--json", "--dsn", dsn
+        ).stdout
+    )
+    assert dry == {"dry_run": True, "ids": [b, c], "count": 2}
+    assert status_of(dsn, b)["status"] == "DEAD_LETTER"
+
+    done = taskq_cli(
+        "dlq", "requeue", str(a), "--reset-retries", "--note", "fixed the parser", "--dsn", dsn
+    )
+    assert done.returncode == 0 and f"requeued 1 task(s): {a}" in done.stdout
+    row = status_of(dsn, a)
+    assert row["status"] == "PENDING" and row["retry_count"] == 0
+
+    gone = taskq_cli("dlq", "discard", "--task-type", "test.b", "--note", "obsolete", "--dsn", dsn)
+    assert gone.returncode == 0 and "discarded 2 task(s)" in gone.stdout
+    assert (
+        rows(dsn, "SELECT count(*) AS n FROM taskq.tasks WHERE task_type = 'test.b'")[0]["n"] == 0
+    )
+    audit = rows(dsn, "SELECT action, task_id, note, detail FROM taskq.audit ORDER BY id")
+    assert [(x["action"], x["task_id"], x["note"]) for x in audit] == [
+        ("dlq_requeue", a, "fixed the parser"),
+        ("dlq_discard", b, "obsolete"),
+        ("dlq_discard", c, "obsolete"),
+    ]
+    assert audit[1]["detail"]["last_error"] == "ValueError: x"
+
+    shown = taskq_cli("dlq", "show", str(a), "--dsn", dsn)
+    assert "dlq_requeue" in shown.stdout and "fixed the parser" in shown.stdout
+
+
+def test_dlq_requeue_of_a_live_task_changes_nothing(dsn: str) -> None:
+    dead = _dead_letter(dsn)
+    live = int(rows(dsn, "INSERT INTO taskq.tasks (task_type) VALUES ('x') RETURNING id")[0]["id"])
+    result = taskq_cli("dlq", "requeue", str(dead), str(live), "--dsn", dsn)
+    assert_one_line_error(result, 1, f"not a dead letter, nothing changed: {live} (PENDING)")
+    assert status_of(dsn, dead)["status"] == "DEAD_LETTER"
+    missing = taskq_cli("dlq", "discard", "999999", "--dsn", dsn)
+    assert_one_line_error(missing, 1, "999999 (no such task)")
+    assert_one_line_error(taskq_cli("dlq", "show", "999999", "--dsn", dsn), 1, "no task with id")
+
+
+def test_migrate_sql_needs_no_database() -> None:
+    result = taskq_cli("migrate", "--sql", "--dsn", UNREACHABLE)
+    assert result.returncode == 0 and "CREATE TABLE taskq.tasks" in result.stdout
+
+
+def test_worker_subprocess_runs_tasks_and_stops_on_sigterm(dsn: str, tmp_path: Path) -> None:
+    env = {"TASKQ_TEST_RUNS_DIR": str(tmp_path)}
+    rows(
+        dsn,
+        "INSERT INTO taskq.tasks (task_type) SELECT 'test.record_sync'"
+        " FROM generate_series(1, 50) RETURNING id",
+    )
+    proc = spawn_worker(dsn, "tests.apps.basic:app", "--queues", "default=4", env=env)
+    try:
+        wait_until_sync(
+            lambda: (
+                rows(dsn, "SELECT count(*) AS n FROM taskq.tasks WHERE status = 'SUCCESS'")[0]["n"]
+                == 50
+            ),
+            timeout=30,
+            what="50 SUCCESS",
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    events = [json.loads(line)["event"] for line in err.splitlines() if line.startswith("{")]
+    assert "worker_ready" in events and "task_succeeded" in events and "worker_stopped" in events
+    runs = "".join(p.read_text() for p in tmp_path.glob("runs-*.log")).split("\n")
+    assert len([r for r in runs if r]) == 50
+    assert os.environ.get("TASKQ_TEST_RUNS_DIR") is None
+
+
+def render(value: Any) -> str:
+    return json.dumps(value)

@@ -1,0 +1,134 @@
+"""Enqueueing from Python: in the caller's transaction, sync and async, one or many."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+import taskq
+from tests.support import rows
+
+
+def make_app() -> taskq.App:
+    app = taskq.App(dsn="unused")
+
+    @app.task("sms.notify", queue="sms", priority=3, max_retry_count=7, timeout=30)
+    def notify(ctx: taskq.TaskContext, payload: Any) -> None: ...
+
+    return app
+
+
+def test_enqueue_uses_registered_options(dsn: str) -> None:
+    app = make_app()
+    with psycopg.connect(dsn) as conn:
+        task_id = app.tasks["sms.notify"].enqueue(conn, {"to": "+49"}, biz_id="order-42")
+    row = rows(dsn, "SELECT * FROM taskq.tasks WHERE id = %s", (task_id,))[0]
+    assert row["queue"] == "sms" and row["priority"] == 3
+    assert row["max_retry_count"] == 7 and row["timeout_seconds"] == 30
+    assert row["payload"] == {"to": "+49"} and row["biz_id"] == "order-42"
+    assert row["status"] == "PENDING" and row["trace_id"]
+
+
+def test_enqueue_joins_the_callers_transaction(dsn: str) -> None:
+    app = make_app()
+    with psycopg.connect(dsn) as conn:
+        conn.execute("CREATE TABLE orders (id int)")
+        conn.commit()
+        with conn.transaction():
+            conn.execute("INSERT INTO orders VALUES (1)")
+            kept = app.enqueue(conn, "sms.notify", {"order": 1})
+        with pytest.raises(RuntimeError), conn.transaction():
+            conn.execute("INSERT INTO orders VALUES (2)")
+            app.enqueue(conn, "sms.notify", {"order": 2})
+            raise RuntimeError("business failure")
+    ids = [r["id"] for r in rows(dsn, "SELECT id FROM taskq.tasks")]
+    assert ids == [kept]
+    assert [r["id"] for r in rows(dsn, "SELECT id FROM orders")] == [1]
+
+
+def test_enqueue_with_a_cursor_and_overrides(dsn: str) -> None:
+    app = make_app()
+    at = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        a = app.enqueue(cur, "other.type", None, priority=-5, queue="q2", trace_id="t-1")
+        b = app.enqueue(cur, "other.type", [1, 2], scheduled_at=at)
+        c = app.enqueue(cur, "other.type", {}, delay=3600)
+    got = {
+        r["id"]: r for r in rows(dsn, "SELECT *, scheduled_at - created_at AS lag FROM taskq.tasks")
+    }
+    assert got[a]["priority"] == -5 and got[a]["queue"] == "q2" and got[a]["trace_id"] == "t-1"
+    assert got[a]["payload"] == {}
+    assert got[b]["scheduled_at"] == at and got[b]["payload"] == [1, 2]
+    assert dt.timedelta(minutes=59) < got[c]["lag"] < dt.timedelta(minutes=61)
+
+
+async def test_async_enqueue_and_rollback(dsn: str) -> None:
+    app = make_app()
+    async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+        async with aconn.transaction():
+            first = await app.enqueue(aconn, "sms.notify", {"n": 1})
+            second = await app.tasks["sms.notify"].enqueue(aconn, {"n": 2})
+            ids = await app.enqueue_many(aconn, [{"task_type": "sms.notify", "payload": {"n": 3}}])
+        with pytest.raises(RuntimeError):
+            async with aconn.transaction():
+                await app.aenqueue(aconn, "sms.notify", {"n": 4})
+                raise RuntimeError("rollback")
+    found = [r["payload"]["n"] for r in rows(dsn, "SELECT payload FROM taskq.tasks ORDER BY id")]
+    assert found == [1, 2, 3]
+    assert second == first + 1 and ids == [second + 1]
+
+
+def test_enqueue_many_is_one_statement_in_order(dsn: str) -> None:
+    app = make_app()
+    items = [taskq.EnqueueItem("bulk.item", {"i": i}, biz_id=str(i)) for i in range(2000)]
+    with psycopg.connect(dsn) as conn:
+        ids = app.enqueue_many(conn, items)
+        assert app.enqueue_many(conn, []) == []
+    assert len(ids) == 2000 and ids == sorted(ids)
+    stored = rows(dsn, "SELECT id, biz_id, payload FROM taskq.tasks ORDER BY id")
+    assert [(r["id"], r["biz_id"], r["payload"]["i"]) for r in stored] == [
+        (ids[i], str(i), i) for i in range(2000)
+    ]
+
+
+@pytest.mark.parametrize(
+    "kwargs,error",
+    [
+        ({"task_type": ""}, "must not be empty"),
+        ({"task_type": "x" * 201}, "limit is 200"),
+        ({"task_type": "bad\ttype"}, "control characters"),
+        ({"queue": "q\n"}, "control characters"),
+        ({"priority": 40000}, "priority"),
+        ({"payload": {"x": {1, 2}}}, "not JSON-serialisable"),
+        ({"payload": "x" * 5000}, "limit is 4096 bytes"),
+        ({"delay": -1}, "delay"),
+        ({"scheduled_at": dt.datetime(2030, 1, 1)}, "timezone-aware"),
+        ({"biz_id": 42}, "biz_id"),
+    ],
+)
+def test_bad_input_is_refused_and_writes_nothing(
+    dsn: str, kwargs: dict[str, Any], error: str
+) -> None:
+    app = taskq.App(dsn="unused", max_payload_bytes=4096)
+    args: dict[str, Any] = {"task_type": "ok.type", "payload": {}} | kwargs
+    with psycopg.connect(dsn) as conn:
+        with pytest.raises(taskq.InvalidTask, match=error):
+            app.enqueue(conn, args.pop("task_type"), args.pop("payload"), **args)
+        with pytest.raises(taskq.InvalidTask):
+            app.enqueue_many(conn, [{"task_type": "fine"}, {"task_type": "ok.type", **kwargs}])
+        conn.commit()
+    assert rows(dsn, "SELECT count(*) AS n FROM taskq.tasks")[0]["n"] == 0
+
+
+def test_a_one_megabyte_payload_round_trips(dsn: str) -> None:
+    app = taskq.App(dsn="unused")
+    big = {"blob": "x" * (1024 * 1024)}
+    with psycopg.connect(dsn) as conn:
+        task_id = app.enqueue(conn, "big", big)
+    stored = rows(dsn, "SELECT payload FROM taskq.tasks WHERE id = %s", (task_id,))[0]
+    assert stored["payload"] == big
+    assert len(json.dumps(stored["payload"])) > 1024 * 1024

@@ -1,0 +1,106 @@
+"""Pure unit tests: no database."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import taskq
+from taskq import sqlfiles
+from taskq.errors import ConfigError, InvalidTask, PayloadError
+from taskq.model import DEFAULT_TIMEOUT_SECONDS, check_name, encode_payload
+from taskq.notifier import parse_tasks_payload
+from taskq.outcome import MAX_ERROR_CHARS, describe
+from taskq.worker import parse_queues
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_query_is_used_and_every_used_query_exists() -> None:
+    code = "\n".join(p.read_text() for p in (ROOT / "taskq").glob("*.py"))
+    used = set(re.findall(r'query\("([a-z0-9_]+)"\)', code))
+    assert used <= sqlfiles.query_names(), used - sqlfiles.query_names()
+    assert sqlfiles.query_names() <= used, sqlfiles.query_names() - used
+
+
+def test_only_store_executes_named_sql() -> None:
+    for path in (ROOT / "taskq").glob("*.py"):
+        if path.name in ("store.py", "sqlfiles.py"):
+            continue
+        assert 'query("' not in path.read_text(), path.name
+
+
+def test_column_default_timeout_matches_python_default() -> None:
+    ddl = sqlfiles.ddl("0001_tasks")
+    assert re.search(
+        rf"timeout_seconds\s+integer\s+NOT NULL DEFAULT {DEFAULT_TIMEOUT_SECONDS}", ddl
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", " sms", "sms ", "a" * 201, "sms\nnotify", "tab\there", "nul\x00", "del\x7f"],
+)
+def test_bad_names_are_rejected(bad: str) -> None:
+    with pytest.raises(InvalidTask):
+        check_name("task type", bad)
+
+
+def test_good_names_pass() -> None:
+    for good in ("sms.notify", "a" * 200, "报表.生成", "queue-1:high"):
+        assert check_name("queue", good) == good
+
+
+def test_payload_must_be_json_and_small_enough() -> None:
+    with pytest.raises(PayloadError, match="not JSON-serialisable"):
+        encode_payload({"when": object()}, 1000)
+    with pytest.raises(PayloadError, match="not JSON-serialisable"):
+        encode_payload({"x": float("nan")}, 1000)
+    with pytest.raises(PayloadError, match="limit is 10 bytes"):
+        encode_payload({"x": "0123456789"}, 10)
+    assert encode_payload({"a": [1, 2]}, 100) == '{"a":[1,2]}'
+
+
+def test_parse_queues() -> None:
+    assert parse_queues("sms=8, sync=32,default") == {"sms": 8, "sync": 32, "default": 10}
+    for bad in ("sms=0", "sms=x", "=3", "", "a=1,a=2"):
+        with pytest.raises(ConfigError):
+            parse_queues(bad)
+
+
+def test_notify_payload_parsing() -> None:
+    assert parse_tasks_payload('["sms","default"]') == ["sms", "default"]
+    assert parse_tasks_payload("*") is None
+    assert parse_tasks_payload("garbage") is None
+
+
+def test_error_description_is_trimmed_and_nul_free() -> None:
+    try:
+        raise ValueError("bad\x00value " + "x" * 10_000)
+    except ValueError as exc:
+        text = describe(exc)
+    assert text.startswith("ValueError: bad")
+    assert "\x00" not in text
+    assert len(text) <= MAX_ERROR_CHARS
+
+
+def test_registering_twice_or_badly_is_refused() -> None:
+    app = taskq.App(dsn="postgresql://unused")
+
+    @app.task("a.b")
+    def handler(ctx: taskq.TaskContext, payload: object) -> None: ...
+
+    with pytest.raises(ConfigError, match="registered twice"):
+        app.task("a.b")(handler.fn)
+    with pytest.raises(InvalidTask):
+        app.task("bad\nname")
+    with pytest.raises(ConfigError):
+        app.task("c", timeout=0)
+    assert handler(None, None) is None  # type: ignore[arg-type]  # still callable directly
+
+
+def test_retry_rejects_negative_delay() -> None:
+    with pytest.raises(ValueError):
+        taskq.Retry(after=-1)
