@@ -132,11 +132,9 @@ class App:
     server (started on first use).
     """
 
-    def __init__(
-        self, dsn: str | None = None, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
-    ) -> None:
+    def __init__(self, dsn: str | None = None, *, max_payload_bytes: int | None = None) -> None:
         self._dsn = dsn
-        self.max_payload_bytes = max_payload_bytes
+        self.max_payload_bytes = max_payload_bytes or _env_payload_limit()
         self.tasks: dict[str, Task] = {}
 
     @property
@@ -212,6 +210,7 @@ class App:
         trace_id: str | None,
     ) -> dict[str, Any]:
         check_name("task type", task_type)
+        registered = task_type in self.tasks
         opts = self.options_for(task_type)
         if biz_id is not None and not isinstance(biz_id, str):
             raise InvalidTask(f"biz_id must be a string, got {type(biz_id).__name__}")
@@ -227,8 +226,10 @@ class App:
             "priority": check_priority(priority if priority is not None else opts.priority),
             "scheduled_at": scheduled_at,
             "delay": float(delay) if delay is not None else None,
-            "max_retry_count": opts.max_retry_count,
-            "timeout_seconds": opts.timeout_seconds,
+            # A type this app does not handle leaves them NULL: the handler that claims it
+            # fills in its own settings.
+            "max_retry_count": opts.max_retry_count if registered else None,
+            "timeout_seconds": opts.timeout_seconds if registered else None,
             "trace_id": trace_id or new_trace_id(),
         }
 
@@ -375,6 +376,22 @@ class App:
     ) -> int:
         """``await app.aenqueue(aconn, ...)``: the async spelling of :meth:`enqueue`."""
         return await self.enqueue(conn, task_type, payload, **kwargs)
+
+
+def _env_payload_limit() -> int:
+    """``TASKQ_MAX_PAYLOAD_BYTES`` (e.g. for ``taskq enqueue``), else the default (4 MiB)."""
+    import os
+
+    raw = os.environ.get("TASKQ_MAX_PAYLOAD_BYTES")
+    if not raw:
+        return DEFAULT_MAX_PAYLOAD_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"TASKQ_MAX_PAYLOAD_BYTES must be an integer, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError("TASKQ_MAX_PAYLOAD_BYTES must be > 0")
+    return value
 
 
 def load_app(spec: str) -> App:

@@ -21,7 +21,7 @@ from taskq import store
 from taskq.backoff import Backoff, jittered
 from taskq.db import ConnectionError_, first_line
 from taskq.executor import Executor
-from taskq.model import ClaimedTask
+from taskq.model import ClaimedTask, TaskOptions
 from taskq.outcome import Outcome
 
 log = structlog.get_logger("taskq.claimer")
@@ -33,30 +33,35 @@ class Claimer:
         *,
         queue: str,
         slots: int,
-        task_types: Sequence[str],
+        handlers: Sequence[TaskOptions],
         pool: AsyncConnectionPool[Any],
         executor: Executor,
         report: Callable[[Outcome], None],
         worker_id: str,
         poll_interval_seconds: float,
+        memory_ok: Callable[[], bool] | None = None,
     ) -> None:
         self.queue = queue
         self.slots = slots
-        self._task_types = list(task_types)
+        self._handlers = list(handlers)
         self._pool = pool
         self._executor = executor
         self._report = report
         self._worker_id = worker_id
         self._poll = poll_interval_seconds
+        self._memory_ok = memory_ok
         self._wake = asyncio.Event()
         self._wake.set()  # look once at start
         self._changed = asyncio.Event()
         self._stopping = False
-        self._in_flight: dict[int, ClaimedTask] = {}
+        self._in_flight: dict[int, ClaimedTask] = {}  # holding a slot
+        self._live: dict[int, ClaimedTask] = {}  # running, outcome not yet reported
+        self._lost: set[int] = set()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._interrupted: list[ClaimedTask] = []
         self.idle = asyncio.Event()
         self.idle.set()
+        self.memory_blocked = asyncio.Event()  # set each time the memory guard refuses a claim
         self.claims = 0
 
     @property
@@ -75,6 +80,34 @@ class Claimer:
         self._stopping = True
         self._changed.set()
         self._wake.set()
+
+    def held(self) -> list[tuple[int, uuid.UUID]]:
+        """The attempts this claimer is running (for the heartbeat's lease check). Called from
+        the heartbeat thread: ``dict.copy`` is atomic under the GIL."""
+        return [(t.id, t.effective_id) for t in self._live.copy().values()]
+
+    def lease_lost(self, task_ids: list[int]) -> None:
+        """The heartbeat found these attempts taken away (rescued by the reaper, probably
+        re-claimed elsewhere). Stop an async handler now; a sync thread cannot be stopped, so
+        its result will simply be fenced out when it reports."""
+        for task_id in task_ids:
+            task = self._live.get(task_id)
+            if task is None:
+                continue  # it finished between the heartbeat's snapshot and its answer
+            self._lost.add(task_id)
+            log.warning(
+                "lease_lost",
+                task_id=task_id,
+                task_type=task.task_type,
+                queue=task.queue,
+                attempt=task.retry_count,
+                effective_id=str(task.effective_id),
+                worker_id=self._worker_id,
+                action="cancelled" if self._executor.is_async(task.task_type) else "fenced",
+            )
+            running = self._tasks.get(task_id)
+            if running is not None and self._executor.is_async(task.task_type):
+                running.cancel()
 
     def interrupt(self) -> None:
         """Cancel every in-flight attempt (forced shutdown); they are released, not charged."""
@@ -104,6 +137,11 @@ class Claimer:
                     pass
             if self._stopping:
                 break
+            if self._memory_ok is not None and not self._memory_ok():
+                # Over the memory limit: claim nothing until the next poll says otherwise.
+                self.memory_blocked.set()
+                await asyncio.sleep(jittered(self._poll))
+                continue
             self._wake.clear()
             limit = self.free_slots
             try:
@@ -111,7 +149,7 @@ class Claimer:
                     claimed = await store.claim_batch(
                         conn,
                         queue=self.queue,
-                        task_types=self._task_types,
+                        handlers=self._handlers,
                         limit=limit,
                         worker_id=self._worker_id,
                     )
@@ -121,6 +159,7 @@ class Claimer:
                     outage_logged = True
                 self._wake.set()  # try again after the pause
                 await asyncio.sleep(backoff.next_delay())
+                await _purge_broken(self._pool)
                 continue
             except Exception:  # loop boundary: log, pause, keep serving
                 log.exception("claim_failed", queue=self.queue)
@@ -135,6 +174,7 @@ class Claimer:
                 self._wake.set()  # a full batch: there is probably more
             for task in claimed:
                 self._in_flight[task.id] = task
+                self._live[task.id] = task
                 self.idle.clear()
                 log.debug(
                     "task_claimed",
@@ -146,16 +186,23 @@ class Claimer:
                 )
                 self._tasks[task.id] = group.create_task(self._run_one(task))
 
+    def _reported(self, outcome: Outcome) -> None:
+        self._live.pop(outcome.task.id, None)
+        self._report(outcome)
+
     async def _run_one(self, task: ClaimedTask) -> None:
         try:
-            await self._executor.run(task, self._report)
+            await self._executor.run(task, self._reported)
         except asyncio.CancelledError:
-            self._interrupted.append(task)
+            if task.id not in self._lost:
+                self._interrupted.append(task)  # shutdown: give it back, uncharged
             raise
         except Exception:  # loop boundary: the executor reports handler errors itself
             log.exception("executor_failed", task_id=task.id)
         finally:
             self._in_flight.pop(task.id, None)
+            self._live.pop(task.id, None)
+            self._lost.discard(task.id)
             self._tasks.pop(task.id, None)
             if not self._in_flight:
                 self.idle.set()
@@ -179,3 +226,12 @@ class Claimer:
                 log.warning("release_delayed", error=first_line(exc))
                 await asyncio.sleep(backoff.next_delay())
         log.error("release_failed", task_ids=ids)
+
+
+async def _purge_broken(pool: AsyncConnectionPool[Any]) -> None:
+    """After a connection error, test the idle connections so the next claim does not pick up
+    another one the server already closed (a restart breaks them all at once)."""
+    try:
+        await pool.check()
+    except Exception:  # the pool replaces what it can; the next claim reports the rest
+        log.debug("pool_check_failed", exc_info=True)

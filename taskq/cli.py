@@ -26,6 +26,7 @@ from taskq.app import App, load_app
 from taskq.config import resolve_dsn
 from taskq.db import first_line, session
 from taskq.errors import ConfigError, DatabaseUnavailable, TaskqError
+from taskq.memory import parse_size
 from taskq.worker import Worker, WorkerSettings, parse_queues
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -116,6 +117,33 @@ def migrate(dsn: str | None, as_sql: bool, revision: str) -> None:
     "below systemd's TimeoutStopSec.",
 )
 @click.option(
+    "--heartbeat-interval",
+    type=click.FloatRange(min=0.05),
+    default=10.0,
+    show_default=True,
+    help="Seconds between heartbeats. The lease is 3 heartbeats: a dead worker's tasks are "
+    "rescued that long after it stopped.",
+)
+@click.option(
+    "--reaper-interval",
+    type=click.FloatRange(min=0.05),
+    default=5.0,
+    show_default=True,
+    help="Seconds between reaper passes (one pass at a time across all workers).",
+)
+@click.option(
+    "--timeout-grace",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="The reaper rescues an attempt this many seconds after its timeout.",
+)
+@click.option(
+    "--max-memory",
+    default=None,
+    help="Stop claiming while resident memory is above this (e.g. 512M, 2G).",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["auto", "json", "console"]),
     default="auto",
@@ -133,6 +161,10 @@ def worker(
     dsn: str | None,
     poll_interval: float,
     shutdown_timeout: float,
+    heartbeat_interval: float,
+    reaper_interval: float,
+    timeout_grace: float,
+    max_memory: str | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -142,10 +174,18 @@ def worker(
     """
     logs.configure(log_format, log_level)  # type: ignore[arg-type]
     app = load_app(app_spec)
+    try:
+        memory_limit = parse_size(max_memory) if max_memory else None
+    except ValueError as exc:
+        raise ConfigError(f"--max-memory: {exc}") from None
     settings = WorkerSettings(
         queues=parse_queues(queues) if queues else {},
         poll_interval_seconds=poll_interval,
         shutdown_timeout_seconds=shutdown_timeout,
+        heartbeat_interval_seconds=heartbeat_interval,
+        reaper_interval_seconds=reaper_interval,
+        timeout_grace_seconds=timeout_grace,
+        max_memory_bytes=memory_limit,
     )
     w = Worker(app, dsn=resolve_dsn(dsn or app._dsn), settings=settings)
     asyncio.run(_serve(w))
@@ -161,6 +201,81 @@ async def _serve(w: Worker) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, w.request_stop)
     await w.run()
+
+
+# --- reap and workers ----------------------------------------------------------------------
+
+
+@cli.command()
+@dsn_option
+@click.option(
+    "--timeout-grace",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Rescue attempts this many seconds past their timeout.",
+)
+@click.option(
+    "--orphan-after",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Rescue attempts whose worker row is missing once they are this old.",
+)
+@json_option
+def reap(dsn: str | None, timeout_grace: float, orphan_after: float, as_json: bool) -> None:
+    """One reaper pass now: rescue attempts of dead workers and attempts past their timeout."""
+    from taskq.reaper import reap_once
+
+    result = reap_once(
+        resolve_dsn(dsn), grace_seconds=timeout_grace, orphan_after_seconds=orphan_after
+    )
+    if result is None:
+        raise ConfigError("another reaper pass is running right now; try again")
+    if as_json:
+        print_json({"rescued": result.rescued, "forgotten_workers": result.forgotten_workers})
+        return
+    for row in result.rescued:
+        out.print(
+            f"{row['id']}  {row['task_type']}  -> {row['status']}  ({row['last_error']})",
+            markup=False,
+        )
+    click.echo(
+        f"rescued {len(result.rescued)} attempt(s); "
+        f"forgot {len(result.forgotten_workers)} dead worker(s)"
+    )
+
+
+@cli.command()
+@dsn_option
+@json_option
+def workers(dsn: str | None, as_json: bool) -> None:
+    """Worker processes known to the database, with their last heartbeat."""
+    from taskq import store
+
+    with session(resolve_dsn(dsn)) as conn:
+        rows = store.list_workers(conn)
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("no workers")
+        return
+    table = Table(title="workers", title_justify="left")
+    for col in ("id", "host", "pid", "queues", "version", "started", "last beat", "state"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r["id"],
+            r["host"],
+            str(r["pid"]),
+            json.dumps(r["queues"]),
+            r["version"],
+            str(r["started_at"])[:19],
+            f"{age(r['silent_seconds'])} ago",
+            "[green]alive[/green]" if r["alive"] else "[red]lease expired[/red]",
+        )
+    out.print(table)
 
 
 # --- enqueue -------------------------------------------------------------------------------

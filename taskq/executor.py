@@ -46,6 +46,9 @@ class Executor:
         self._threads = threads
         self._progress_interval = progress_interval_seconds
 
+    def is_async(self, task_type: str) -> bool:
+        return self._app.tasks[task_type].is_async
+
     async def run(self, task: ClaimedTask, report: Callable[[Outcome], None]) -> None:
         """Run ``task`` and call ``report`` once with its outcome. Returns when the slot is
         free again. Cancellation (a forced shutdown) propagates without a report."""

@@ -32,6 +32,9 @@ def configure(fmt: LogFormat = "auto", level: str = "info") -> None:
         if use_json
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
+    # psycopg_pool reports every failed reconnection attempt through stdlib logging; taskq's
+    # own components log an outage once, so keep the pool quiet unless something is broken.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -47,6 +47,7 @@ class Notifier:
         self._wake = wake
         self._keepalive = keepalive_seconds
         self.connected = asyncio.Event()
+        self.reconnected = asyncio.Event()  # set at every re-connection after the first
         self.reconnects = 0
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
@@ -80,6 +81,7 @@ class Notifier:
                     backoff.reset()
                     if not first:
                         self.reconnects += 1
+                        self.reconnected.set()
                         log.info("notifier_reconnected")
                     outage_logged = False
                     # Anything sent while we were not listening is lost: look once everywhere.

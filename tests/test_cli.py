@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import rows, spawn_worker, status_of, taskq_cli, wait_until_sync
+from tests.support import WorkerProcess, rows, status_of, taskq_cli, wait_until_sync
 
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/nowhere?connect_timeout=2"
 
@@ -220,7 +219,9 @@ def test_worker_subprocess_runs_tasks_and_stops_on_sigterm(dsn: str, tmp_path: P
         "INSERT INTO taskq.tasks (task_type) SELECT 'test.record_sync'"
         " FROM generate_series(1, 50) RETURNING id",
     )
-    proc = spawn_worker(dsn, "tests.apps.basic:app", "--queues", "default=4", env=env)
+    worker = WorkerProcess(
+        dsn, "tests.apps.basic:app", "--queues", "default=4", env=env, log_dir=tmp_path / "logs"
+    )
     try:
         wait_until_sync(
             lambda: (
@@ -231,10 +232,9 @@ def test_worker_subprocess_runs_tasks_and_stops_on_sigterm(dsn: str, tmp_path: P
             what="50 SUCCESS",
         )
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    events = [json.loads(line)["event"] for line in err.splitlines() if line.startswith("{")]
+        code = worker.stop()
+    assert code == 0, worker.log_path.read_text()
+    events = [e["event"] for e in worker.events()]
     assert "worker_ready" in events and "task_succeeded" in events and "worker_stopped" in events
     runs = "".join(p.read_text() for p in tmp_path.glob("runs-*.log")).split("\n")
     assert len([r for r in runs if r]) == 50
@@ -243,3 +243,13 @@ def test_worker_subprocess_runs_tasks_and_stops_on_sigterm(dsn: str, tmp_path: P
 
 def render(value: Any) -> str:
     return json.dumps(value)
+
+
+def test_payload_limit_from_the_environment(dsn: str) -> None:
+    big = json.dumps({"blob": "x" * 2000})
+    result = taskq_cli(
+        "enqueue", "x.y", "--payload", big, "--dsn", dsn, env={"TASKQ_MAX_PAYLOAD_BYTES": "1000"}
+    )
+    assert_one_line_error(result, 1, "the limit is 1000 bytes")
+    assert rows(dsn, "SELECT count(*) AS n FROM taskq.tasks")[0]["n"] == 0
+    assert taskq_cli("enqueue", "x.y", "--payload", big, "--dsn", dsn).returncode == 0

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import collections
-import signal
 from pathlib import Path
 
 import pytest
 
-from tests.support import rows, spawn_worker, wait_until_sync
+from tests.support import WorkerProcess, rows, wait_until_sync
 
 
 @pytest.mark.slow
@@ -20,8 +19,8 @@ def test_four_processes_four_slots_4000_tasks_each_runs_once(dsn: str, tmp_path:
         " jsonb_build_object('i', i) FROM generate_series(1, 4000) AS i RETURNING id",
     )
     env = {"TASKQ_TEST_RUNS_DIR": str(tmp_path)}
-    procs = [
-        spawn_worker(
+    workers = [
+        WorkerProcess(
             dsn,
             "tests.apps.basic:app",
             "--queues",
@@ -31,6 +30,7 @@ def test_four_processes_four_slots_4000_tasks_each_runs_once(dsn: str, tmp_path:
             "--poll-interval",
             "0.5",
             env=env,
+            log_dir=tmp_path / "logs",
         )
         for _ in range(4)
     ]
@@ -44,10 +44,8 @@ def test_four_processes_four_slots_4000_tasks_each_runs_once(dsn: str, tmp_path:
             what="4000 SUCCESS",
         )
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        outputs = [p.communicate(timeout=30) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0, 0], outputs
+        codes = [w.stop() for w in workers]
+    assert codes == [0, 0, 0, 0], [w.log_path.read_text()[-2000:] for w in workers]
     runs = [
         line.split() for f in tmp_path.glob("runs-*.log") for line in f.read_text().splitlines()
     ]

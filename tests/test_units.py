@@ -10,7 +10,7 @@ import pytest
 import taskq
 from taskq import sqlfiles
 from taskq.errors import ConfigError, InvalidTask, PayloadError
-from taskq.model import DEFAULT_TIMEOUT_SECONDS, check_name, encode_payload
+from taskq.model import check_name, encode_payload
 from taskq.notifier import parse_tasks_payload
 from taskq.outcome import MAX_ERROR_CHARS, describe
 from taskq.worker import parse_queues
@@ -30,13 +30,6 @@ def test_only_store_executes_named_sql() -> None:
         if path.name in ("store.py", "sqlfiles.py"):
             continue
         assert 'query("' not in path.read_text(), path.name
-
-
-def test_column_default_timeout_matches_python_default() -> None:
-    ddl = sqlfiles.ddl("0001_tasks")
-    assert re.search(
-        rf"timeout_seconds\s+integer\s+NOT NULL DEFAULT {DEFAULT_TIMEOUT_SECONDS}", ddl
-    )
 
 
 @pytest.mark.parametrize(
@@ -104,3 +97,15 @@ def test_registering_twice_or_badly_is_refused() -> None:
 def test_retry_rejects_negative_delay() -> None:
     with pytest.raises(ValueError):
         taskq.Retry(after=-1)
+
+
+def test_shipped_systemd_unit_is_consistent() -> None:
+    """The unit must be Type=notify and give the drain more time than --shutdown-timeout."""
+    unit = (ROOT / "examples" / "systemd" / "taskq-worker.service").read_text()
+    settings = dict(
+        line.split("=", 1) for line in unit.splitlines() if "=" in line and not line.startswith("#")
+    )
+    assert settings["Type"] == "notify"
+    assert "WatchdogSec" in settings
+    drain = float(re.search(r"--shutdown-timeout (\d+)", unit).group(1))  # type: ignore[union-attr]
+    assert float(settings["TimeoutStopSec"]) > drain

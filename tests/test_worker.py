@@ -257,16 +257,17 @@ async def test_async_handler_timeout_fails_the_attempt(dsn: str, worker_factory:
 async def test_stale_attempt_cannot_overwrite_a_newer_one(dsn: str) -> None:
     """Fencing at the SQL level: a completion carrying an old token changes nothing."""
     from taskq import store
+    from taskq.model import TaskOptions
 
     rows(dsn, "INSERT INTO taskq.tasks (task_type) VALUES ('job.x') RETURNING id")
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         [first] = await store.claim_batch(
-            conn, queue="default", task_types=["job.x"], limit=5, worker_id="w1"
+            conn, queue="default", handlers=[TaskOptions("job.x")], limit=5, worker_id="w1"
         )
         # The attempt is taken away (as the reaper would) and claimed again by someone else.
         await conn.execute("UPDATE taskq.tasks SET status = 'PENDING' WHERE id = %s", (first.id,))
         [second] = await store.claim_batch(
-            conn, queue="default", task_types=["job.x"], limit=5, worker_id="w2"
+            conn, queue="default", handlers=[TaskOptions("job.x")], limit=5, worker_id="w2"
         )
         assert second.id == first.id and second.effective_id != first.effective_id
         assert await store.mark_success_many(conn, [first.id], [first.effective_id]) == set()
@@ -353,3 +354,28 @@ async def test_many_tasks_each_run_once_in_process(
     await worker_factory(app, queues={"default": 8})
     await wait_until(all_in(dsn, {"SUCCESS"}), what="all done")
     assert len(seen) == count == len(set(seen))
+
+
+async def test_bare_insert_takes_the_handlers_settings_at_claim(
+    dsn: str, worker_factory: Any
+) -> None:
+    """A writer that does not know the handler (plain SQL, or a producer app that did not
+    register the type) leaves max_retry_count / timeout_seconds NULL; the claim fills in the
+    settings of the handler that runs it."""
+    app = taskq.App(dsn=dsn)
+
+    @app.task("job.configured", max_retry_count=2, timeout=30)
+    async def configured(ctx: taskq.TaskContext, payload: Any) -> None:
+        assert ctx.max_retry_count == 2
+
+    sql_id = rows(dsn, "INSERT INTO taskq.tasks (task_type) VALUES ('job.configured') RETURNING id")
+    producer = taskq.App(dsn=dsn)  # knows nothing about job.configured
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        py_id = await producer.enqueue(conn, "job.configured")
+    before = status_of(dsn, py_id)
+    assert before["max_retry_count"] is None and before["timeout_seconds"] is None
+    await worker_factory(app)
+    await wait_until(all_in(dsn, {"SUCCESS"}), what="done")
+    for task_id in (sql_id[0]["id"], py_id):
+        row = status_of(dsn, task_id)
+        assert (row["max_retry_count"], row["timeout_seconds"]) == (2, 30)

@@ -1,6 +1,9 @@
 -- taskq 0001: the tasks table is the queue.
 -- The columns of taskq.tasks marked "public" below are a contract with services in other
 -- languages that INSERT directly: never rename them (PRODUCT.md, "The task row").
+-- max_retry_count and timeout_seconds may be left NULL by a writer that does not know the
+-- handler's settings (a bare INSERT): the first claim fills them from the handler that runs the
+-- task (defaults 5 and 1800 s), so every PROCESSING row carries the values it is judged by.
 CREATE SCHEMA IF NOT EXISTS taskq;
 
 CREATE TABLE taskq.tasks (
@@ -13,10 +16,10 @@ CREATE TABLE taskq.tasks (
     priority         smallint    NOT NULL DEFAULT 0,                     -- public
     scheduled_at     timestamptz NOT NULL DEFAULT now(),                 -- public
     retry_count      integer     NOT NULL DEFAULT 0,                     -- public
-    max_retry_count  integer     NOT NULL DEFAULT 5,                     -- public
+    max_retry_count  integer,                                            -- public
     next_retry_time  timestamptz,                                        -- public
     last_error       text,                                               -- public
-    timeout_seconds  integer     NOT NULL DEFAULT 1800,                  -- public
+    timeout_seconds  integer,                                            -- public
     started_at       timestamptz,                                        -- public
     finished_at      timestamptz,                                        -- public
     effective_id     uuid,                                               -- public

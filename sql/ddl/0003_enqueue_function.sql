@@ -10,8 +10,8 @@ CREATE FUNCTION taskq.enqueue(
     priority        integer     DEFAULT 0,
     scheduled_at    timestamptz DEFAULT NULL,
     delay           interval    DEFAULT NULL,
-    max_retry_count integer     DEFAULT 5,
-    timeout_seconds integer     DEFAULT 1800,
+    max_retry_count integer     DEFAULT NULL,  -- NULL: the handler's setting
+    timeout_seconds integer     DEFAULT NULL,  -- NULL: the handler's setting
     trace_id        text        DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql AS $$

@@ -1,7 +1,9 @@
 -- name: claim_batch
 -- Claim up to %(limit)s runnable tasks of one queue, of the types this worker can run, highest
 -- priority first, then oldest runnable time, then id. Every claim mints a fresh effective_id:
--- the attempt's token, which every later write of this attempt must present.
+-- the attempt's token, which every later write of this attempt must present. A row that left
+-- max_retry_count or timeout_seconds NULL (a bare INSERT) gets the handler's settings, passed
+-- as arrays parallel to task_types.
 -- MATERIALIZED: the LIMIT must bound the UPDATE. Written as `WHERE id IN (subquery)` the planner
 -- may turn it into a semi-join that re-evaluates the LIMIT and updates more rows than asked.
 -- Index: tasks_runnable_idx (queue, priority DESC, runnable_at, id) WHERE status IN (PENDING,
@@ -23,9 +25,14 @@ SET status = 'PROCESSING',
     worker_id = %(worker_id)s,
     started_at = now(),
     finished_at = NULL,
-    updated_at = now()
-FROM picked
+    updated_at = now(),
+    max_retry_count = coalesce(t.max_retry_count, handler.max_retry_count),
+    timeout_seconds = coalesce(t.timeout_seconds, handler.timeout_seconds)
+FROM picked,
+     unnest(%(task_types)s::text[], %(max_retry_counts)s::integer[], %(timeouts)s::integer[])
+         AS handler(task_type, max_retry_count, timeout_seconds)
 WHERE t.id = picked.id
+  AND handler.task_type = t.task_type
 RETURNING t.id, t.task_type, t.queue, t.biz_id, t.payload, t.priority, t.retry_count,
           t.max_retry_count, t.timeout_seconds, t.effective_id, t.trace_id, t.created_at,
           t.scheduled_at, t.started_at;
