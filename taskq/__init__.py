@@ -5,6 +5,7 @@ from __future__ import annotations
 from taskq.app import App, EnqueueItem, Task
 from taskq.context import TaskContext
 from taskq.errors import (
+    AlreadyEnqueued,
     ConfigError,
     DatabaseUnavailable,
     InvalidTask,
@@ -20,6 +21,7 @@ from taskq.model import Status
 from taskq.worker import Worker, WorkerSettings
 
 __all__ = [
+    "AlreadyEnqueued",
     "App",
     "ConfigError",
     "DatabaseUnavailable",

@@ -1,4 +1,4 @@
-"""The App: a registry of task handlers, and the enqueue API.
+"""The App: a registry of task handlers, schedules and reconcilers, and the enqueue API.
 
 Enqueueing always happens on the *caller's* psycopg connection, so the task row joins the
 caller's open transaction: it exists if and only if the business change commits.
@@ -9,16 +9,17 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import math
+import os
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, overload
+from dataclasses import dataclass, fields
+from typing import Any, Literal, TypedDict, Unpack, overload
 
 import psycopg
 
 from taskq import store
 from taskq.config import resolve_dsn
 from taskq.context import TaskContext
-from taskq.errors import ConfigError, InvalidTask
+from taskq.errors import AlreadyEnqueued, ConfigError, InvalidTask, TaskqError
 from taskq.model import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_QUEUE,
@@ -29,9 +30,33 @@ from taskq.model import (
     encode_payload,
     new_trace_id,
 )
+from taskq.schedules import CatchUp, Schedule, parse_every, parse_spec
 
 Handler = Callable[[TaskContext, JSON], Any]
 """``fn(ctx, payload)``; a plain function or an ``async def``."""
+
+Reconcile = Callable[[psycopg.Connection[Any]], Iterable[str | tuple[str, JSON]]]
+"""``fn(conn)`` returning the business keys (or ``(key, payload)`` pairs) that should have a
+task. ``conn`` is a psycopg connection to the taskq database with the default (tuple) rows."""
+
+OnDuplicate = Literal["return", "raise"]
+RECONCILE_TASK = "taskq.reconcile"
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """Keyword options of :meth:`App.enqueue` (all optional)."""
+
+    biz_id: str | None
+    priority: int | None
+    queue: str | None
+    delay: float | None
+    scheduled_at: dt.datetime | None
+    trace_id: str | None
+    unique: bool
+    unique_key: str | None
+    on_duplicate: OnDuplicate
+    ordering_key: str | None
+    parent_id: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +71,21 @@ class EnqueueItem:
     delay: float | None = None
     scheduled_at: dt.datetime | None = None
     trace_id: str | None = None
+    unique: bool = False
+    unique_key: str | None = None
+    ordering_key: str | None = None
+    parent_id: int | None = None
+
+
+_ITEM_FIELDS = frozenset(f.name for f in fields(EnqueueItem))
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciler:
+    name: str
+    task_type: str
+    fn: Reconcile
+    every_seconds: float
 
 
 class Task:
@@ -75,13 +115,7 @@ class Task:
         self,
         conn: psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any],
         payload: JSON = None,
-        *,
-        biz_id: str | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        delay: float | None = None,
-        scheduled_at: dt.datetime | None = None,
-        trace_id: str | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> Coroutine[Any, Any, int]: ...
 
     @overload
@@ -89,37 +123,14 @@ class Task:
         self,
         conn: psycopg.Connection[Any] | psycopg.Cursor[Any],
         payload: JSON = None,
-        *,
-        biz_id: str | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        delay: float | None = None,
-        scheduled_at: dt.datetime | None = None,
-        trace_id: str | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> int: ...
 
     def enqueue(
-        self,
-        conn: Any,
-        payload: JSON = None,
-        *,
-        biz_id: str | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        delay: float | None = None,
-        scheduled_at: dt.datetime | None = None,
-        trace_id: str | None = None,
+        self, conn: Any, payload: JSON = None, **options: Unpack[EnqueueOptions]
     ) -> int | Coroutine[Any, Any, int]:
         result: int | Coroutine[Any, Any, int] = self.app.enqueue(
-            conn,
-            self.task_type,
-            payload,
-            biz_id=biz_id,
-            priority=priority,
-            queue=queue,
-            delay=delay,
-            scheduled_at=scheduled_at,
-            trace_id=trace_id,
+            conn, self.task_type, payload, **options
         )
         return result
 
@@ -136,6 +147,8 @@ class App:
         self._dsn = dsn
         self.max_payload_bytes = max_payload_bytes or _env_payload_limit()
         self.tasks: dict[str, Task] = {}
+        self.schedules: dict[str, Schedule] = {}
+        self.reconcilers: dict[str, Reconciler] = {}
 
     @property
     def dsn(self) -> str:
@@ -155,11 +168,14 @@ class App:
         timeout: float = 1800,
         retry_delay: float = 60.0,
         retry_jitter: float = 30.0,
+        idempotent: bool = False,
     ) -> Callable[[Handler], Task]:
         """Register ``fn(ctx, payload)`` as the handler of ``task_type``.
 
         ``timeout`` (seconds) bounds one attempt; ``retry_delay`` and ``retry_jitter`` shape
-        the backoff ``delay * 2**retry_count + random(0, jitter)``.
+        the backoff ``delay * 2**retry_count + random(0, jitter)``. ``idempotent=True`` runs the
+        handler in one transaction with the (task_type, biz_id) dedup row and the SUCCESS update
+        (``ctx.conn`` / ``ctx.aconn``): its business writes commit exactly once per biz_id.
         """
         check_name("task type", task_type)
         check_name("queue", queue)
@@ -178,6 +194,7 @@ class App:
             timeout_seconds=max(1, math.ceil(timeout)),
             retry_delay_seconds=float(retry_delay),
             retry_jitter_seconds=float(retry_jitter),
+            idempotent=idempotent,
         )
 
         def register(fn: Handler) -> Task:
@@ -189,6 +206,98 @@ class App:
 
         return register
 
+    def periodic(
+        self,
+        spec: str,
+        *,
+        task_type: str | None = None,
+        payload: JSON = None,
+        timezone: str = "UTC",
+        catch_up: CatchUp = "skip",
+        backfill_limit: int = 10,
+        name: str | None = None,
+        **task_options: Any,
+    ) -> Callable[[Handler | Task], Task]:
+        """Enqueue a task on a cron schedule (``"*/5 * * * *"``) or an interval
+        (``"every 10m"``), exactly once per tick however many workers run.
+
+        Decorate a handler (it is registered as ``task_type`` with ``task_options``), or an
+        existing :class:`Task`. ``catch_up`` says what happens to ticks missed while no worker
+        ran: ``skip`` them, ``run_once`` for all of them, or ``backfill`` up to
+        ``backfill_limit``; every missed tick is recorded either way.
+        """
+        parse_spec(spec, timezone)  # fail at import time, not at the first tick
+
+        def register(target: Handler | Task) -> Task:
+            if isinstance(target, Task):
+                handle = target
+            else:
+                if task_type is None:
+                    raise ConfigError("@app.periodic on a function needs task_type=...")
+                handle = self.task(task_type, **task_options)(target)
+            if task_type is not None and task_type != handle.task_type:
+                raise ConfigError(f"periodic task_type {task_type!r} != {handle.task_type!r}")
+            self.add_schedule(
+                Schedule(
+                    name=name or f"{handle.task_type}@{spec}",
+                    task_type=handle.task_type,
+                    spec=spec,
+                    timezone=timezone,
+                    payload={} if payload is None else payload,
+                    catch_up=catch_up,
+                    backfill_limit=backfill_limit,
+                )
+            )
+            return handle
+
+        return register
+
+    def add_schedule(self, schedule: Schedule) -> None:
+        check_name("schedule name", schedule.name)
+        if schedule.catch_up not in ("skip", "run_once", "backfill"):
+            raise ConfigError(f"catch_up must be skip, run_once or backfill: {schedule.catch_up!r}")
+        if schedule.name in self.schedules:
+            raise ConfigError(f"schedule {schedule.name!r} is registered twice")
+        parse_spec(schedule.spec, schedule.timezone)
+        self.schedules[schedule.name] = schedule
+
+    def reconciler(
+        self, task_type: str, *, every: str, name: str | None = None, queue: str | None = None
+    ) -> Callable[[Reconcile], Reconcile]:
+        """Register ``fn(conn) -> keys`` that lists the business keys which *should* have a
+        ``task_type`` task. Every ``every`` (e.g. ``"1d"``, ``"6h"``), and by hand with
+        ``taskq reconcile``, taskq enqueues the keys that have no task at all, unique on
+        (task_type, biz_id), so running it twice adds nothing."""
+        check_name("task type", task_type)
+        seconds = parse_every(every)
+        label = name or task_type
+        check_name("reconciler name", label)
+        if label in self.reconcilers:
+            raise ConfigError(f"reconciler {label!r} is registered twice")
+        target = self.tasks.get(task_type)
+        run_queue = queue or (target.options.queue if target else DEFAULT_QUEUE)
+
+        def register(fn: Reconcile) -> Reconcile:
+            self.reconcilers[label] = Reconciler(label, task_type, fn, seconds)
+            if RECONCILE_TASK not in self.tasks:
+                from taskq.reconcile import reconcile_handler
+
+                self.task(RECONCILE_TASK, queue=run_queue, max_retry_count=3)(reconcile_handler)
+            self.add_schedule(
+                Schedule(
+                    name=f"reconcile:{label}",
+                    task_type=RECONCILE_TASK,
+                    spec=f"every {every}",
+                    timezone="UTC",
+                    payload={"reconciler": label},
+                    catch_up="run_once",
+                    backfill_limit=1,
+                )
+            )
+            return fn
+
+        return register
+
     def options_for(self, task_type: str) -> TaskOptions:
         """The registered options, or the defaults for a type this app does not handle
         (a producer may enqueue work that another service's workers run)."""
@@ -197,27 +306,33 @@ class App:
 
     # --- enqueue ---------------------------------------------------------------------------
 
-    def _params(
-        self,
-        task_type: str,
-        payload: JSON,
-        *,
-        biz_id: str | None,
-        priority: int | None,
-        queue: str | None,
-        delay: float | None,
-        scheduled_at: dt.datetime | None,
-        trace_id: str | None,
-    ) -> dict[str, Any]:
+    def _params(self, task_type: str, payload: JSON, options: EnqueueOptions) -> dict[str, Any]:
         check_name("task type", task_type)
         registered = task_type in self.tasks
         opts = self.options_for(task_type)
+        biz_id = options.get("biz_id")
+        delay = options.get("delay")
+        scheduled_at = options.get("scheduled_at")
+        priority = options.get("priority")
+        queue = options.get("queue")
         if biz_id is not None and not isinstance(biz_id, str):
             raise InvalidTask(f"biz_id must be a string, got {type(biz_id).__name__}")
+        if opts.idempotent and not biz_id:
+            raise InvalidTask(f"{task_type!r} is idempotent: enqueue it with a biz_id")
         if delay is not None and (not isinstance(delay, int | float) or delay < 0):
             raise InvalidTask(f"delay must be a number of seconds >= 0, got {delay!r}")
         if scheduled_at is not None and scheduled_at.tzinfo is None:
             raise InvalidTask("scheduled_at must be timezone-aware")
+        unique_key = options.get("unique_key")
+        if options.get("unique") and unique_key is None:
+            if not biz_id:
+                raise InvalidTask("unique=True uses the biz_id as the key: pass biz_id")
+            unique_key = biz_id
+        if unique_key is not None and not isinstance(unique_key, str):
+            raise InvalidTask("unique_key must be a string")
+        ordering_key = options.get("ordering_key")
+        if ordering_key is not None and not isinstance(ordering_key, str):
+            raise InvalidTask("ordering_key must be a string")
         return {
             "task_type": task_type,
             "queue": check_name("queue", queue if queue is not None else opts.queue),
@@ -230,7 +345,10 @@ class App:
             # fills in its own settings.
             "max_retry_count": opts.max_retry_count if registered else None,
             "timeout_seconds": opts.timeout_seconds if registered else None,
-            "trace_id": trace_id or new_trace_id(),
+            "trace_id": options.get("trace_id") or new_trace_id(),
+            "unique_key": unique_key,
+            "ordering_key": ordering_key,
+            "parent_id": options.get("parent_id"),
         }
 
     @overload
@@ -239,13 +357,7 @@ class App:
         conn: psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any],
         task_type: str,
         payload: JSON = None,
-        *,
-        biz_id: str | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        delay: float | None = None,
-        scheduled_at: dt.datetime | None = None,
-        trace_id: str | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> Coroutine[Any, Any, int]: ...
 
     @overload
@@ -254,95 +366,123 @@ class App:
         conn: psycopg.Connection[Any] | psycopg.Cursor[Any],
         task_type: str,
         payload: JSON = None,
-        *,
-        biz_id: str | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        delay: float | None = None,
-        scheduled_at: dt.datetime | None = None,
-        trace_id: str | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> int: ...
 
     def enqueue(
-        self,
-        conn: Any,
-        task_type: str,
-        payload: JSON = None,
-        *,
-        biz_id: str | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        delay: float | None = None,
-        scheduled_at: dt.datetime | None = None,
-        trace_id: str | None = None,
+        self, conn: Any, task_type: str, payload: JSON = None, **options: Unpack[EnqueueOptions]
     ) -> int | Coroutine[Any, Any, int]:
         """Insert one task in ``conn``'s current transaction and return its id.
 
         With an async connection (or cursor) this returns a coroutine: ``await
         app.enqueue(aconn, ...)``. Validation happens before anything is sent, so a bad name,
         priority or payload raises :class:`taskq.InvalidTask` and writes nothing.
+
+        ``unique=True`` (key: the biz_id) or ``unique_key=...`` refuses a second *live* task
+        of the same type and key: you get the existing task's id back, or
+        :class:`taskq.AlreadyEnqueued` with ``on_duplicate="raise"``. ``ordering_key`` makes
+        tasks sharing it run one at a time, in enqueue order.
         """
-        params = self._params(
-            task_type,
-            payload,
-            biz_id=biz_id,
-            priority=priority,
-            queue=queue,
-            delay=delay,
-            scheduled_at=scheduled_at,
-            trace_id=trace_id,
-        )
+        params = self._params(task_type, payload, options)
+        on_duplicate = options.get("on_duplicate", "return")
         if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
-            return store.ainsert_task(conn, params)
+            return self._ainsert_one(conn, params, on_duplicate)
         if isinstance(conn, psycopg.Connection | psycopg.Cursor):
-            return store.insert_task(conn, params)
+            return self._insert_one(conn, params, on_duplicate)
         raise TypeError(f"enqueue needs a psycopg connection or cursor, got {type(conn).__name__}")
 
-    def _many_params(self, items: Iterable[EnqueueItem | Mapping[str, Any]]) -> dict[str, Any]:
+    def _insert_one(self, conn: store.SyncTarget, params: dict[str, Any], on_dup: str) -> int:
+        for _ in range(3):
+            new_id = store.insert_task(conn, params)
+            if new_id is not None:
+                return new_id
+            key = (params["task_type"], params["unique_key"])
+            existing = store.find_live_tasks(conn, [key]).get(key)
+            if existing is not None:
+                return _duplicate(key, existing, on_dup)
+            # The live task finished between the two statements: try again.
+        raise TaskqError(f"could not enqueue unique task {params['unique_key']!r}: key churning")
+
+    async def _ainsert_one(
+        self, conn: store.AsyncTarget, params: dict[str, Any], on_dup: str
+    ) -> int:
+        for _ in range(3):
+            new_id = await store.ainsert_task(conn, params)
+            if new_id is not None:
+                return new_id
+            key = (params["task_type"], params["unique_key"])
+            existing = (await store.afind_live_tasks(conn, [key])).get(key)
+            if existing is not None:
+                return _duplicate(key, existing, on_dup)
+        raise TaskqError(f"could not enqueue unique task {params['unique_key']!r}: key churning")
+
+    def _many_params(
+        self, items: Iterable[EnqueueItem | Mapping[str, Any]]
+    ) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
         columns: dict[str, list[Any]] = {
-            k: []
-            for k in (
-                "task_types",
-                "queues",
-                "biz_ids",
-                "payloads",
-                "priorities",
-                "scheduled_ats",
-                "delays",
-                "max_retry_counts",
-                "timeouts",
-                "trace_ids",
-            )
+            "task_types": [],
+            "queues": [],
+            "biz_ids": [],
+            "payloads": [],
+            "priorities": [],
+            "scheduled_ats": [],
+            "delays": [],
+            "max_retry_counts": [],
+            "timeouts": [],
+            "trace_ids": [],
+            "unique_keys": [],
+            "ordering_keys": [],
+            "parent_ids": [],
         }
+        singles = {
+            "task_types": "task_type",
+            "queues": "queue",
+            "biz_ids": "biz_id",
+            "payloads": "payload",
+            "priorities": "priority",
+            "scheduled_ats": "scheduled_at",
+            "delays": "delay",
+            "max_retry_counts": "max_retry_count",
+            "timeouts": "timeout_seconds",
+            "trace_ids": "trace_id",
+            "unique_keys": "unique_key",
+            "ordering_keys": "ordering_key",
+            "parent_ids": "parent_id",
+        }
+        every: list[dict[str, Any]] = []
         for raw in items:
-            item = raw if isinstance(raw, EnqueueItem) else EnqueueItem(**raw)
-            p = self._params(
-                item.task_type,
-                item.payload,
-                biz_id=item.biz_id,
-                priority=item.priority,
-                queue=item.queue,
-                delay=item.delay,
-                scheduled_at=item.scheduled_at,
-                trace_id=item.trace_id,
-            )
-            columns["task_types"].append(p["task_type"])
-            columns["queues"].append(p["queue"])
-            columns["biz_ids"].append(p["biz_id"])
-            columns["payloads"].append(p["payload"])
-            columns["priorities"].append(p["priority"])
-            columns["scheduled_ats"].append(p["scheduled_at"])
-            columns["delays"].append(p["delay"])
-            columns["max_retry_counts"].append(p["max_retry_count"])
-            columns["timeouts"].append(p["timeout_seconds"])
-            columns["trace_ids"].append(p["trace_id"])
-        return columns
+            if isinstance(raw, EnqueueItem):
+                item = raw
+            else:
+                unknown = set(raw) - _ITEM_FIELDS
+                if unknown:
+                    raise InvalidTask(f"unknown enqueue field(s): {', '.join(sorted(unknown))}")
+                item = EnqueueItem(**raw)
+            options: EnqueueOptions = {
+                "biz_id": item.biz_id,
+                "priority": item.priority,
+                "queue": item.queue,
+                "delay": item.delay,
+                "scheduled_at": item.scheduled_at,
+                "trace_id": item.trace_id,
+                "unique": item.unique,
+                "unique_key": item.unique_key,
+                "ordering_key": item.ordering_key,
+                "parent_id": item.parent_id,
+            }
+            params = self._params(item.task_type, item.payload, options)
+            every.append(params)
+            for column, single in singles.items():
+                columns[column].append(params[single])
+        return columns, every
 
     @overload
     def enqueue_many(
         self,
         conn: psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any],
         items: Iterable[EnqueueItem | Mapping[str, Any]],
+        *,
+        on_duplicate: OnDuplicate = "return",
     ) -> Coroutine[Any, Any, list[int]]: ...
 
     @overload
@@ -350,38 +490,136 @@ class App:
         self,
         conn: psycopg.Connection[Any] | psycopg.Cursor[Any],
         items: Iterable[EnqueueItem | Mapping[str, Any]],
+        *,
+        on_duplicate: OnDuplicate = "return",
     ) -> list[int]: ...
 
     def enqueue_many(
-        self, conn: Any, items: Iterable[EnqueueItem | Mapping[str, Any]]
+        self,
+        conn: Any,
+        items: Iterable[EnqueueItem | Mapping[str, Any]],
+        *,
+        on_duplicate: OnDuplicate = "return",
     ) -> list[int] | Coroutine[Any, Any, list[int]]:
         """Insert many tasks in one statement (one round trip, one NOTIFY); ids in order.
 
         Items are :class:`EnqueueItem` or mappings with the same keys. Every item is validated
-        first; one bad item raises and nothing is written.
+        first; one bad item raises and nothing is written. An item whose unique key is held by
+        a live task (or by an earlier item) gets that task's id, or raises with
+        ``on_duplicate="raise"``.
         """
-        params = self._many_params(items)
+        columns, every = self._many_params(items)
         if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
-            return store.ainsert_tasks(conn, params)
+            return self._ainsert_many(conn, columns, every, on_duplicate)
         if isinstance(conn, psycopg.Connection | psycopg.Cursor):
-            return store.insert_tasks(conn, params)
+            inserted = store.insert_tasks(conn, columns)
+            missing = _unmatched(every, inserted)
+            found = store.find_live_tasks(conn, missing) if missing else {}
+            return _ids_in_order(every, inserted, found, on_duplicate)
         raise TypeError(f"enqueue needs a psycopg connection or cursor, got {type(conn).__name__}")
+
+    async def _ainsert_many(
+        self,
+        conn: store.AsyncTarget,
+        columns: dict[str, list[Any]],
+        every: list[dict[str, Any]],
+        on_duplicate: str,
+    ) -> list[int]:
+        inserted = await store.ainsert_tasks(conn, columns)
+        missing = _unmatched(every, inserted)
+        found = await store.afind_live_tasks(conn, missing) if missing else {}
+        return _ids_in_order(every, inserted, found, on_duplicate)
 
     async def aenqueue(
         self,
         conn: psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any],
         task_type: str,
         payload: JSON = None,
-        **kwargs: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> int:
         """``await app.aenqueue(aconn, ...)``: the async spelling of :meth:`enqueue`."""
-        return await self.enqueue(conn, task_type, payload, **kwargs)
+        return await self.enqueue(conn, task_type, payload, **options)
+
+
+def _duplicate(key: tuple[str, str], existing: int, on_duplicate: str) -> int:
+    if on_duplicate == "raise":
+        raise AlreadyEnqueued(
+            f"a live {key[0]!r} task with unique key {key[1]!r} exists: task {existing}",
+            [existing],
+        )
+    return existing
+
+
+def _match(every: list[dict[str, Any]], inserted: list[dict[str, Any]]) -> list[int | None]:
+    """Map inserted rows back to items. Rows come back in item order and only items with a
+    unique key can be missing, so walk both lists together: an item takes the next row
+    unless it is keyed and that row is not its own (or its key was already taken in this
+    batch)."""
+    ids: list[int | None] = []
+    rows = iter(inserted)
+    pending = next(rows, None)
+    seen: set[tuple[str, str]] = set()
+    for params in every:
+        key = params["unique_key"]
+        if key is None:
+            assert pending is not None, "an unkeyed item was not inserted"
+            ids.append(int(pending["id"]))
+            pending = next(rows, None)
+            continue
+        pair = (params["task_type"], key)
+        mine = (
+            pending is not None
+            and pair not in seen
+            and (pending["task_type"], pending["unique_key"]) == pair
+        )
+        seen.add(pair)
+        if mine:
+            assert pending is not None
+            ids.append(int(pending["id"]))
+            pending = next(rows, None)
+        else:
+            ids.append(None)
+    return ids
+
+
+def _unmatched(
+    every: list[dict[str, Any]], inserted: list[dict[str, Any]]
+) -> list[tuple[str, str]]:
+    return sorted(
+        {
+            (p["task_type"], p["unique_key"])
+            for p, task_id in zip(every, _match(every, inserted), strict=True)
+            if task_id is None
+        }
+    )
+
+
+def _ids_in_order(
+    every: list[dict[str, Any]],
+    inserted: list[dict[str, Any]],
+    found: dict[tuple[str, str], int],
+    on_duplicate: str,
+) -> list[int]:
+    ids: list[int] = []
+    duplicates: list[int] = []
+    for params, task_id in zip(every, _match(every, inserted), strict=True):
+        if task_id is None:
+            key = (params["task_type"], params["unique_key"])
+            if key not in found:
+                raise TaskqError(f"unique task {key[1]!r} was neither inserted nor found")
+            task_id = found[key]
+            duplicates.append(task_id)
+        ids.append(task_id)
+    if duplicates and on_duplicate == "raise":
+        raise AlreadyEnqueued(
+            f"{len(duplicates)} item(s) collide with live tasks: {sorted(set(duplicates))}",
+            duplicates,
+        )
+    return ids
 
 
 def _env_payload_limit() -> int:
     """``TASKQ_MAX_PAYLOAD_BYTES`` (e.g. for ``taskq enqueue``), else the default (4 MiB)."""
-    import os
-
     raw = os.environ.get("TASKQ_MAX_PAYLOAD_BYTES")
     if not raw:
         return DEFAULT_MAX_PAYLOAD_BYTES

@@ -24,7 +24,7 @@ from taskq import logs
 from taskq import stats as stats_ops
 from taskq.app import App, load_app
 from taskq.config import resolve_dsn
-from taskq.db import first_line, session
+from taskq.db import connect_plain, first_line, session
 from taskq.errors import ConfigError, DatabaseUnavailable, TaskqError
 from taskq.memory import parse_size
 from taskq.worker import Worker, WorkerSettings, parse_queues
@@ -68,6 +68,9 @@ def age(seconds: float | None) -> str:
 @click.version_option(package_name="taskq")
 def cli() -> None:
     """taskq: a PostgreSQL-only job queue. The taskq.tasks table is the queue."""
+    # Commands print their results on stdout; log events (warnings) go to stderr. The worker
+    # reconfigures this with its --log-format / --log-level.
+    logs.configure("auto", "warning")
 
 
 # --- migrate -------------------------------------------------------------------------------
@@ -316,6 +319,114 @@ def enqueue(
         click.echo(task_id)
 
 
+# --- show, schedules, reconcile -------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("task_id", type=int)
+@dsn_option
+@json_option
+def show(task_id: int, dsn: str | None, as_json: bool) -> None:
+    """One task in full, with the tree of tasks it enqueued (child tasks)."""
+    from taskq import store
+
+    target = resolve_dsn(dsn)
+    row, audit = dlq_ops.show(target, task_id)
+    with session(target) as conn:
+        tree = store.task_tree(conn, task_id)
+    if as_json:
+        print_json({"task": row, "audit": audit, "tree": tree})
+        return
+    render_task(row, audit)
+    if len(tree) > 1:
+        out.print("[bold]children[/bold]")
+        for node in tree[1:]:
+            indent = "  " * node["depth"]
+            out.print(
+                f"{indent}└ {node['id']}  {node['task_type']}  {node['status']}"
+                f"  biz_id={node['biz_id'] or '-'}",
+                markup=False,
+            )
+
+
+@cli.command()
+@dsn_option
+@json_option
+def schedules(dsn: str | None, as_json: bool) -> None:
+    """Periodic schedules with their last and next runs and missed ticks."""
+    from taskq import store
+
+    with session(resolve_dsn(dsn)) as conn:
+        rows = store.list_schedules(conn)
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("no schedules (they appear once a worker with @app.periodic has started)")
+        return
+    table = Table(title="schedules", title_justify="left")
+    for col in (
+        "name",
+        "task type",
+        "spec",
+        "tz",
+        "catch-up",
+        "last tick",
+        "last task",
+        "next tick",
+        "missed",
+    ):
+        table.add_column(col)
+    for r in rows:
+        last_task = f"{r['last_task_id']} {r['last_status'] or ''}" if r["last_task_id"] else "-"
+        table.add_row(
+            r["name"],
+            r["task_type"],
+            r["spec"],
+            r["timezone"],
+            r["catch_up"],
+            str(r["last_tick"])[:19] if r["last_tick"] else "-",
+            last_task,
+            str(r["next_tick"])[:19] if r["next_tick"] else "-",
+            f"[red]{r['missed_total']}[/red]" if r["missed_total"] else "0",
+        )
+    out.print(table)
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.option("--app", "app_spec", required=True, help="Where the App is: module:attribute.")
+@click.option("--dry-run", is_flag=True, help="Report what is missing; enqueue nothing.")
+@dsn_option
+@json_option
+def reconcile(
+    name: str | None, app_spec: str, dry_run: bool, dsn: str | None, as_json: bool
+) -> None:
+    """Run a reconciler (or all of them) now: enqueue tasks that business rows are missing."""
+    from taskq import reconcile as reconciling
+
+    app = load_app(app_spec)
+    names = [name] if name else sorted(app.reconcilers)
+    if not names:
+        raise ConfigError(f"{app_spec} registers no reconcilers")
+    reports = []
+    with connect_plain(resolve_dsn(dsn or app._dsn), role="reconcile") as conn:
+        for each in names:
+            reports.append(reconciling.run(app, each, conn, dry_run=dry_run))
+            conn.commit()
+    if as_json:
+        print_json([r.as_dict() for r in reports])
+        return
+    for r in reports:
+        verb = "would enqueue" if dry_run else "enqueued"
+        count = len(r.missing) if dry_run else len(r.enqueued)
+        shown = ", ".join(r.missing[:10]) + (" ..." if len(r.missing) > 10 else "")
+        click.echo(
+            f"{r.name}: {r.candidates} key(s) should have a {r.task_type} task; "
+            f"{len(r.missing)} missing; {verb} {count}" + (f" ({shown})" if r.missing else "")
+        )
+
+
 # --- stats ---------------------------------------------------------------------------------
 
 
@@ -406,18 +517,23 @@ def dlq_show(task_id: int, dsn: str | None, as_json: bool) -> None:
     if as_json:
         print_json({"task": row, "audit": audit})
         return
+    render_task(row, audit)
+
+
+def render_task(row: dict[str, Any], audit: list[dict[str, Any]]) -> None:
     table = Table(show_header=False, box=None)
     table.add_column(style="bold")
     table.add_column()
     for key, value in row.items():
-        if key in ("payload", "progress", "last_error"):
+        if key in ("payload", "progress", "last_error", "context"):
             continue
         table.add_row(key, "" if value is None else str(value))
     out.print(table)
     out.print("[bold]payload[/bold]")
     out.print(json.dumps(row["payload"], indent=2), markup=False)
-    if row.get("progress") is not None:
-        out.print(f"[bold]progress[/bold] {json.dumps(row['progress'])}", markup=True)
+    for key in ("progress", "context"):
+        if row.get(key) is not None:
+            out.print(f"{key}: {json.dumps(row[key])}", markup=False)
     if row.get("last_error"):
         out.print("[bold]last error[/bold]")
         out.print(row["last_error"], markup=False)

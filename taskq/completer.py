@@ -10,6 +10,7 @@ attempt's lease was lost (the task was rescued and re-claimed elsewhere): logged
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -45,12 +46,14 @@ class Completer:
     def __init__(
         self,
         pool: AsyncConnectionPool[Any],
-        options_for: Any,
+        options_for: Callable[[str], TaskOptions],
         *,
         worker_id: str,
+        wake: Callable[[list[str]], None] | None = None,
     ) -> None:
         self._pool = pool
-        self._options_for = options_for  # Callable[[str], TaskOptions]
+        self._wake = wake
+        self._options_for = options_for
         self._worker_id = worker_id
         self._queue: asyncio.Queue[Outcome] = asyncio.Queue()
         self._backoff = Backoff(initial=0.05, cap=5.0)
@@ -73,10 +76,27 @@ class Completer:
             while len(batch) < MAX_BATCH and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             try:
-                await self._write_until_done(batch)
+                await self._write_until_done(self._already_written(batch))
             finally:
                 for _ in batch:
                     self._queue.task_done()
+            # A finished task with an ordering key may have unblocked the next one of its key,
+            # and no INSERT will NOTIFY about that: look again now that the write is done.
+            keyed = {o.task.queue for o in batch if o.task.ordering_key is not None}
+            if keyed and self._wake is not None:
+                self._wake(sorted(keyed))
+
+    def _already_written(self, batch: list[Outcome]) -> list[Outcome]:
+        """Idempotent attempts committed their own SUCCESS: only log them. The rest."""
+        rest = []
+        for o in batch:
+            if o.kind is Kind.COMMITTED:
+                log.info("task_succeeded", in_transaction=True, **task_fields(o, self._worker_id))
+            elif o.kind is Kind.DUPLICATE:
+                log.info("task_duplicate_skipped", **task_fields(o, self._worker_id))
+            else:
+                rest.append(o)
+        return rest
 
     async def _write_until_done(self, batch: list[Outcome]) -> None:
         remaining = batch
@@ -129,7 +149,7 @@ class Completer:
             return await store.mark_dead(
                 conn, task_id=o.task.id, token=o.task.effective_id, error=o.error or ""
             )
-        opts: TaskOptions = self._options_for(o.task.task_type)
+        opts = self._options_for(o.task.task_type)
         return await store.mark_failed(
             conn,
             task_id=o.task.id,

@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
+import psycopg
+
+from taskq.errors import LeaseLost, TaskqError
 from taskq.model import JSON, ClaimedTask
 
 if TYPE_CHECKING:
+    from taskq.app import App, EnqueueOptions
     from taskq.progress import ProgressReporter
+
+
+class Runtime(Protocol):
+    """What the worker lends a context: the app and its connections."""
+
+    app: App
+
+    def sync_connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]: ...
+
+    def async_connection(
+        self,
+    ) -> contextlib.AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
 
 
 class TaskContext:
@@ -18,14 +37,30 @@ class TaskContext:
     ``attempt`` is the task's retry_count when this run was claimed: 0 on the first run, 1 on
     the first retry, and so on. ``effective_id`` is the attempt's token; pass it (or
     ``task_id`` + ``attempt``) downstream as an idempotency key for effects outside PostgreSQL.
+
+    Blocking helpers (``checkpoint``, ``enqueue``, ``connection``) are for sync handlers, which
+    run in threads; async handlers use the ``a``-prefixed twins.
     """
 
-    __slots__ = ("_reporter", "_task", "worker_id")
+    __slots__ = ("_aconn", "_conn", "_context", "_reporter", "_runtime", "_task", "worker_id")
 
-    def __init__(self, task: ClaimedTask, *, worker_id: str, reporter: ProgressReporter) -> None:
+    def __init__(
+        self,
+        task: ClaimedTask,
+        *,
+        worker_id: str,
+        reporter: ProgressReporter,
+        runtime: Runtime | None = None,
+    ) -> None:
         self._task = task
         self._reporter = reporter
+        self._runtime = runtime
+        self._context: JSON = task.context or {}
+        self._conn: psycopg.Connection[Any] | None = None
+        self._aconn: psycopg.AsyncConnection[Any] | None = None
         self.worker_id = worker_id
+
+    # --- who am I --------------------------------------------------------------------------
 
     @property
     def task_id(self) -> int:
@@ -56,6 +91,10 @@ class TaskContext:
         return self._task.trace_id
 
     @property
+    def parent_id(self) -> int | None:
+        return self._task.parent_id
+
+    @property
     def payload(self) -> JSON:
         return self._task.payload
 
@@ -64,9 +103,16 @@ class TaskContext:
         return self._task.effective_id
 
     @property
+    def app(self) -> App:
+        """The App this worker runs (e.g. to look at ``app.tasks``)."""
+        return self._need_runtime().app
+
+    @property
     def lease_lost(self) -> bool:
         """True once a write of this attempt matched no row: the task was taken away."""
         return self._reporter.lease_lost
+
+    # --- progress --------------------------------------------------------------------------
 
     def progress(self, percent: float, message: str | None = None) -> None:
         """Report progress (0-100). Never blocks: the latest value is stored on the row and
@@ -74,3 +120,148 @@ class TaskContext:
         pct = max(0.0, min(100.0, float(percent)))
         value = {"percent": pct, "message": message}
         self._reporter.submit(json.dumps(value, separators=(",", ":")))
+
+    # --- stage checkpoints -----------------------------------------------------------------
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """The saved checkpoint: ``{"stage": <last completed stage>, "data": {...}}`` or {}."""
+        return dict(self._context) if isinstance(self._context, dict) else {}
+
+    @property
+    def stage(self) -> str | None:
+        """The last completed stage (from an earlier attempt or this one), or None."""
+        return self.context.get("stage")
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """Data saved with the checkpoints so far (later stages' keys win)."""
+        saved = self.context.get("data")
+        return dict(saved) if isinstance(saved, dict) else {}
+
+    def checkpoint(self, stage: str, **data: Any) -> None:
+        """Record that ``stage`` is done (sync handlers). Persisted before this returns, in
+        its own statement (it survives a rollback of an idempotent transaction); a retry
+        starts with it. Raises :class:`taskq.LeaseLost` if the attempt was taken away."""
+        _not_on_loop("checkpoint", "acheckpoint")
+        from taskq import store
+
+        with self._need_runtime().sync_connection() as conn:
+            saved = store.save_checkpoint(conn, self._task, stage, _json(data))
+        self._saved(saved, stage)
+
+    async def acheckpoint(self, stage: str, **data: Any) -> None:
+        """``checkpoint`` for async handlers."""
+        from taskq import store
+
+        async with self._need_runtime().async_connection() as conn:
+            saved = await store.asave_checkpoint(conn, self._task, stage, _json(data))
+        self._saved(saved, stage)
+
+    def _saved(self, saved: JSON, stage: str) -> None:
+        if saved is None:
+            raise LeaseLost(f"task {self.task_id}: attempt taken away before stage {stage!r}")
+        self._context = saved
+
+    # --- the database ----------------------------------------------------------------------
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        """Idempotent sync handlers: the transaction that also records the business key and
+        the SUCCESS; write your business changes here."""
+        if self._conn is None:
+            raise TaskqError(
+                "ctx.conn exists only in idempotent sync handlers "
+                "(@app.task(..., idempotent=True)); use ctx.connection() otherwise"
+            )
+        return self._conn
+
+    @property
+    def aconn(self) -> psycopg.AsyncConnection[Any]:
+        """Idempotent async handlers: the transaction (see :attr:`conn`)."""
+        if self._aconn is None:
+            raise TaskqError(
+                "ctx.aconn exists only in idempotent async handlers "
+                "(@app.task(..., idempotent=True)); use ctx.aconnection() otherwise"
+            )
+        return self._aconn
+
+    def connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
+        """A pooled autocommit connection to the taskq database (sync handlers)."""
+        _not_on_loop("connection", "aconnection")
+        return self._need_runtime().sync_connection()
+
+    def aconnection(self) -> contextlib.AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+        """A pooled autocommit connection to the taskq database (async handlers)."""
+        return self._need_runtime().async_connection()
+
+    # --- child tasks -----------------------------------------------------------------------
+
+    def _child_options(self, options: EnqueueOptions) -> EnqueueOptions:
+        child: EnqueueOptions = {**options}
+        child.setdefault("trace_id", self.trace_id)
+        child["parent_id"] = self.task_id
+        return child
+
+    def enqueue(
+        self, task_type: str, payload: JSON = None, **options: Unpack[EnqueueOptions]
+    ) -> int:
+        """Enqueue a child task (sync handlers): ``parent_id`` is this task, the trace_id is
+        inherited. Inside an idempotent handler it joins the handler's transaction."""
+        _not_on_loop("enqueue", "aenqueue")
+        app = self._need_runtime().app
+        child = self._child_options(options)
+        if self._conn is not None:
+            return app.enqueue(self._conn, task_type, payload, **child)
+        with self._need_runtime().sync_connection() as conn:
+            return app.enqueue(conn, task_type, payload, **child)
+
+    async def aenqueue(
+        self, task_type: str, payload: JSON = None, **options: Unpack[EnqueueOptions]
+    ) -> int:
+        """``enqueue`` for async handlers."""
+        app = self._need_runtime().app
+        child = self._child_options(options)
+        if self._aconn is not None:
+            return await app.enqueue(self._aconn, task_type, payload, **child)
+        async with self._need_runtime().async_connection() as conn:
+            return await app.enqueue(conn, task_type, payload, **child)
+
+    # --- plumbing for the executor ---------------------------------------------------------
+
+    def _need_runtime(self) -> Runtime:
+        if self._runtime is None:
+            raise TaskqError("this TaskContext is not attached to a worker")
+        return self._runtime
+
+    @contextlib.contextmanager
+    def _attached(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        self._conn = conn
+        try:
+            yield
+        finally:
+            self._conn = None
+
+    @contextlib.asynccontextmanager
+    async def _aattached(self, conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+        self._aconn = conn
+        try:
+            yield
+        finally:
+            self._aconn = None
+
+
+def _json(data: dict[str, Any]) -> str:
+    try:
+        return json.dumps(data, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TaskqError(f"checkpoint data is not JSON-serialisable: {exc}") from None
+
+
+def _not_on_loop(name: str, async_name: str) -> None:
+    """Blocking helpers on the event loop would stall every async task of the worker."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise TaskqError(f"ctx.{name}() blocks; in an async handler use 'await ctx.{async_name}()'")

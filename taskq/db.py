@@ -49,6 +49,14 @@ def connect(
         raise unavailable(exc) from None
 
 
+def connect_plain(dsn: str, *, role: str) -> psycopg.Connection[Any]:
+    """A sync connection with psycopg's default (tuple) rows, for user code (reconcilers)."""
+    try:
+        return psycopg.connect(dsn, application_name=application_name(role), connect_timeout=10)
+    except ConnectionError_ as exc:
+        raise unavailable(exc) from None
+
+
 async def aconnect(
     dsn: str, *, role: str, autocommit: bool = False, **kwargs: Any
 ) -> psycopg.AsyncConnection[dict[str, Any]]:

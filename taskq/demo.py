@@ -59,6 +59,24 @@ def build_app(dsn: str) -> taskq.App:
     def invalid(ctx: taskq.TaskContext, payload: dict[str, Any]) -> None:
         raise taskq.Permanent("the customer deleted their account: retrying cannot help")
 
+    @app.task("demo.points", idempotent=True)
+    def add_points(ctx: taskq.TaskContext, payload: dict[str, Any]) -> None:
+        # Exactly once per biz_id: this UPDATE commits with the task's SUCCESS, or not at all.
+        ctx.conn.execute(
+            "UPDATE demo_accounts SET points = points + %s WHERE id = %s",
+            (payload["points"], payload["account"]),
+        )
+
+    @app.task("demo.pipeline", queue="reports", retry_delay=0.5, retry_jitter=0.2)
+    def pipeline(ctx: taskq.TaskContext, payload: dict[str, Any]) -> None:
+        stages = ["extract", "transform", "render", "publish"]
+        start = stages.index(ctx.stage) + 1 if ctx.stage else 0
+        for stage in stages[start:]:
+            time.sleep(0.3)
+            ctx.checkpoint(stage, **{stage: f"attempt {ctx.attempt}"})
+            if stage == "transform" and ctx.attempt == 0:
+                raise ConnectionError("the render farm went away after stage 2")
+
     return app
 
 
@@ -81,6 +99,10 @@ def enqueue_mix(app: taskq.App, dsn: str) -> int:
     with session(dsn) as conn, conn.transaction():
         # In a real service this is your business transaction: the tasks commit with it.
         conn.execute("CREATE TABLE IF NOT EXISTS demo_orders (id int PRIMARY KEY)")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS demo_accounts (id int PRIMARY KEY, points int NOT NULL)"
+        )
+        conn.execute("INSERT INTO demo_accounts VALUES (1, 0) ON CONFLICT DO NOTHING")
         for i in range(1, 4):
             conn.execute("INSERT INTO demo_orders VALUES (%s) ON CONFLICT DO NOTHING", (i,))
             app.enqueue(conn, "demo.report", {"order": i}, biz_id=f"order-{i}", priority=5)
@@ -92,13 +114,17 @@ def enqueue_mix(app: taskq.App, dsn: str) -> int:
         app.enqueue(conn, "demo.flaky_sync", {"order": 7}, biz_id="order-7")
         app.enqueue(conn, "demo.broken", {"order": "4x2"}, biz_id="order-8")
         app.enqueue(conn, "demo.invalid", {"user": 99}, biz_id="user-99")
+        # The same business event delivered three times: the points are added once.
+        for _ in range(3):
+            app.enqueue(conn, "demo.points", {"account": 1, "points": 10}, biz_id="order-100")
+        app.enqueue(conn, "demo.pipeline", {"report": "monthly"}, biz_id="report-11")
     with psycopg.connect(dsn, autocommit=True) as raw:
         # Any language can enqueue with a bare INSERT; the trigger wakes the workers.
         raw.execute(
             "INSERT INTO taskq.tasks (task_type, payload) VALUES ('demo.email', "
             '\'{"to": "from-sql@example.com"}\')'
         )
-    return len(ids) + 3 + 3 + 1
+    return len(ids) + 3 + 3 + 3 + 1 + 1
 
 
 def _view(rows: list[stats_ops.TypeStats], running: list[dict[str, Any]]) -> Group:
@@ -189,8 +215,25 @@ def run(dsn: str | None, *, budget_seconds: float, console: Console) -> int:
             f"[bold]taskq dlq requeue {dead[0]['id']} --note 'fixed'[/bold] "
             f"(add --dsn '{target}' outside the demo)."
         )
+    _explain_semantics(target, console)
     if not settled:
         console.print(f"[red]demo did not settle within {budget_seconds:.0f}s[/red]")
         return 1
     console.print(f"all tasks settled in {elapsed:.1f}s")
     return 0
+
+
+def _explain_semantics(dsn: str, console: Console) -> None:
+    with session(dsn) as conn:
+        points = store.demo_points(conn)
+        pipeline = store.demo_pipeline(conn)
+    console.print(
+        f"idempotent: 'demo.points' was delivered 3 times for biz_id order-100; "
+        f"the account got {points} points (10 once)."
+    )
+    if pipeline is not None:
+        console.print(
+            f"checkpoints: 'demo.pipeline' failed after stage 2 and was retried "
+            f"{pipeline['retry_count']} time(s); its saved context shows which attempt ran "
+            f"each stage: {pipeline['context']['data']}"
+        )

@@ -22,6 +22,18 @@ class PayloadError(InvalidTask):
     """The payload is not JSON-serialisable or is larger than the configured limit."""
 
 
+class AlreadyEnqueued(TaskqError):
+    """A live task with the same (task_type, unique key) exists; ``existing_id`` is its id."""
+
+    def __init__(self, message: str, existing_ids: list[int]) -> None:
+        super().__init__(message)
+        self.existing_ids = existing_ids
+
+    @property
+    def existing_id(self) -> int:
+        return self.existing_ids[0]
+
+
 class UnknownTaskType(TaskqError):
     """No handler is registered for this task type."""
 

@@ -88,6 +88,7 @@ class TaskOptions:
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     retry_delay_seconds: float = DEFAULT_RETRY_DELAY_SECONDS
     retry_jitter_seconds: float = DEFAULT_RETRY_JITTER_SECONDS
+    idempotent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,9 @@ class ClaimedTask:
     created_at: dt.datetime
     scheduled_at: dt.datetime
     started_at: dt.datetime
+    context: JSON = None
+    parent_id: int | None = None
+    ordering_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

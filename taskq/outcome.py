@@ -17,6 +17,8 @@ class Kind(StrEnum):
     FAILURE = "failure"  # retry with backoff, or DEAD_LETTER when retries are exhausted
     RETRY = "retry"  # taskq.Retry(after=...): retry at a chosen time
     DEAD = "dead"  # taskq.Permanent: straight to DEAD_LETTER
+    COMMITTED = "committed"  # idempotent: SUCCESS already committed with the business writes
+    DUPLICATE = "duplicate"  # idempotent: the business key was done already; completed unrun
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,10 @@ class Outcome:
     @classmethod
     def success(cls, task: ClaimedTask, duration: float) -> Outcome:
         return cls(task, Kind.SUCCESS, duration)
+
+    @classmethod
+    def committed(cls, task: ClaimedTask, duration: float, *, duplicate: bool) -> Outcome:
+        return cls(task, Kind.DUPLICATE if duplicate else Kind.COMMITTED, duration)
 
     @classmethod
     def failure(

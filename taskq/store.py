@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from taskq.errors import InvalidTask
 from taskq.model import ClaimedTask, Finished, Status, TaskOptions
 from taskq.sqlfiles import query
 
@@ -36,36 +37,57 @@ def _async_cursor(target: AsyncTarget) -> psycopg.AsyncCursor[Row]:
 # --- enqueue (caller's connection and transaction) -------------------------------------------
 
 
-def insert_task(target: SyncTarget, params: Mapping[str, Any]) -> int:
+def insert_task(target: SyncTarget, params: Mapping[str, Any]) -> int | None:
+    """The new id, or None when a live task holds the same unique key."""
     with _sync_cursor(target) as cur:
         cur.execute(query("insert_task"), params)
         row = cur.fetchone()
-    assert row is not None
-    return int(row["id"])
+    return int(row["id"]) if row else None
 
 
-async def ainsert_task(target: AsyncTarget, params: Mapping[str, Any]) -> int:
+async def ainsert_task(target: AsyncTarget, params: Mapping[str, Any]) -> int | None:
     async with _async_cursor(target) as cur:
         await cur.execute(query("insert_task"), params)
         row = await cur.fetchone()
-    assert row is not None
-    return int(row["id"])
+    return int(row["id"]) if row else None
 
 
-def insert_tasks(target: SyncTarget, params: Mapping[str, Any]) -> list[int]:
+def insert_tasks(target: SyncTarget, params: Mapping[str, Any]) -> list[Row]:
+    """Rows (id, task_type, unique_key) of the tasks inserted, in item order."""
     if not params["task_types"]:
         return []
     with _sync_cursor(target) as cur:
         cur.execute(query("insert_tasks"), params)
-        return [int(r["id"]) for r in cur.fetchall()]
+        return cur.fetchall()
 
 
-async def ainsert_tasks(target: AsyncTarget, params: Mapping[str, Any]) -> list[int]:
+async def ainsert_tasks(target: AsyncTarget, params: Mapping[str, Any]) -> list[Row]:
     if not params["task_types"]:
         return []
     async with _async_cursor(target) as cur:
         await cur.execute(query("insert_tasks"), params)
-        return [int(r["id"]) for r in await cur.fetchall()]
+        return await cur.fetchall()
+
+
+def _key_params(keys: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    return {"task_types": [k[0] for k in keys], "unique_keys": [k[1] for k in keys]}
+
+
+def find_live_tasks(
+    target: SyncTarget, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], int]:
+    """The live task holding each (task_type, unique_key), where there is one."""
+    with _sync_cursor(target) as cur:
+        cur.execute(query("find_live_tasks"), _key_params(keys))
+        return {(r["task_type"], r["unique_key"]): int(r["id"]) for r in cur.fetchall()}
+
+
+async def afind_live_tasks(
+    target: AsyncTarget, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], int]:
+    async with _async_cursor(target) as cur:
+        await cur.execute(query("find_live_tasks"), _key_params(keys))
+        return {(r["task_type"], r["unique_key"]): int(r["id"]) for r in await cur.fetchall()}
 
 
 # --- worker: claim and finish (async, pool connections) ----------------------------------------
@@ -207,16 +229,22 @@ def dlq_requeue(
     note: str | None,
 ) -> list[int]:
     with _sync_cursor(conn) as cur:
-        cur.execute(
-            query("dlq_requeue"),
-            {
-                "ids": list(ids) if ids is not None else None,
-                "task_type": task_type,
-                "reset": reset,
-                "actor": actor,
-                "note": note,
-            },
-        )
+        try:
+            cur.execute(
+                query("dlq_requeue"),
+                {
+                    "ids": list(ids) if ids is not None else None,
+                    "task_type": task_type,
+                    "reset": reset,
+                    "actor": actor,
+                    "note": note,
+                },
+            )
+        except psycopg.errors.UniqueViolation as exc:
+            detail = exc.diag.message_detail or ""
+            raise InvalidTask(
+                f"cannot requeue, nothing changed: a live task holds the same unique key. {detail}"
+            ) from None
         return [int(r["id"]) for r in cur.fetchall()]
 
 
@@ -337,3 +365,135 @@ async def reap(
         await cur.execute(query("delete_dead_workers"))
         forgotten = [str(r["id"]) for r in await cur.fetchall()]
     return rescued, forgotten
+
+
+# --- idempotent tasks and checkpoints (twins: the sync ones run in handler threads) ------------
+
+
+def _key(task: ClaimedTask) -> dict[str, Any]:
+    return {"task_type": task.task_type, "biz_id": task.biz_id, "id": task.id}
+
+
+def record_business_key(conn: psycopg.Connection[Any], task: ClaimedTask) -> bool:
+    """Take (task_type, biz_id) in the current transaction; False if it was taken already."""
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("record_business_key"), _key(task))
+        return cur.fetchone() is not None
+
+
+async def arecord_business_key(conn: psycopg.AsyncConnection[Any], task: ClaimedTask) -> bool:
+    async with _async_cursor(conn) as cur:
+        await cur.execute(query("record_business_key"), _key(task))
+        return await cur.fetchone() is not None
+
+
+def mark_success(conn: psycopg.Connection[Any], task: ClaimedTask) -> bool:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("mark_success"), {"id": task.id, "token": task.effective_id})
+        return cur.fetchone() is not None
+
+
+async def amark_success(conn: psycopg.AsyncConnection[Any], task: ClaimedTask) -> bool:
+    async with _async_cursor(conn) as cur:
+        await cur.execute(query("mark_success"), {"id": task.id, "token": task.effective_id})
+        return await cur.fetchone() is not None
+
+
+def _checkpoint(task: ClaimedTask, stage: str, data_json: str) -> dict[str, Any]:
+    return {"id": task.id, "token": task.effective_id, "stage": stage, "data": data_json}
+
+
+def save_checkpoint(
+    conn: psycopg.Connection[Any], task: ClaimedTask, stage: str, data_json: str
+) -> Any:
+    """The new context, or None when the attempt's lease was lost."""
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("save_checkpoint"), _checkpoint(task, stage, data_json))
+        row = cur.fetchone()
+    return row["context"] if row else None
+
+
+async def asave_checkpoint(
+    conn: psycopg.AsyncConnection[Any], task: ClaimedTask, stage: str, data_json: str
+) -> Any:
+    async with _async_cursor(conn) as cur:
+        await cur.execute(query("save_checkpoint"), _checkpoint(task, stage, data_json))
+        row = await cur.fetchone()
+    return row["context"] if row else None
+
+
+# --- task trees, reconciliation, schedules -----------------------------------------------------
+
+
+def task_tree(conn: psycopg.Connection[Any], task_id: int) -> list[Row]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("task_tree"), {"id": task_id})
+        return cur.fetchall()
+
+
+def tasks_without_task(
+    conn: psycopg.Connection[Any], task_type: str, biz_ids: Sequence[str]
+) -> list[str]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("tasks_without_task"), {"task_type": task_type, "biz_ids": list(biz_ids)})
+        return [str(r["biz_id"]) for r in cur.fetchall()]
+
+
+def schedule_upsert(conn: psycopg.Connection[Any], params: Mapping[str, Any]) -> Row:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("schedule_upsert"), params)
+        row = cur.fetchone()
+    assert row is not None
+    return row
+
+
+def schedule_tick(
+    conn: psycopg.Connection[Any],
+    *,
+    name: str,
+    tick: Any,
+    outcome: str,
+    task_id: int | None,
+    reason: str | None,
+) -> bool:
+    with _sync_cursor(conn) as cur:
+        cur.execute(
+            query("schedule_tick"),
+            {"name": name, "tick": tick, "outcome": outcome, "task_id": task_id, "reason": reason},
+        )
+        return cur.fetchone() is not None
+
+
+def schedule_advance(conn: psycopg.Connection[Any], params: Mapping[str, Any]) -> None:
+    conn.execute(query("schedule_advance"), params)
+
+
+def list_schedules(conn: psycopg.Connection[Any]) -> list[Row]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("list_schedules"))
+        return cur.fetchall()
+
+
+def schedule_missed_ticks(conn: psycopg.Connection[Any], name: str, limit: int) -> list[Row]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("schedule_missed_ticks"), {"name": name, "limit": limit})
+        return cur.fetchall()
+
+
+def schedule_tick_task(
+    conn: psycopg.Connection[Any], *, name: str, tick: Any, task_id: int
+) -> None:
+    conn.execute(query("schedule_tick_task"), {"name": name, "tick": tick, "task_id": task_id})
+
+
+def demo_points(conn: psycopg.Connection[Any]) -> int:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("demo_points"))
+        row = cur.fetchone()
+    return int(row["points"]) if row else 0
+
+
+def demo_pipeline(conn: psycopg.Connection[Any]) -> Row | None:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("demo_pipeline"))
+        return cur.fetchone()

@@ -34,6 +34,8 @@ from taskq.memory import MemoryGuard
 from taskq.model import check_name
 from taskq.notifier import Notifier
 from taskq.reaper import Reaper
+from taskq.runtime import WorkerRuntime
+from taskq.scheduler import Scheduler
 
 log = structlog.get_logger("taskq.worker")
 
@@ -122,6 +124,7 @@ class Worker:
         self.reaper: Reaper | None = None
         self.heartbeat: Heartbeat | None = None
         self.notifier: Notifier | None = None
+        self.scheduler: Scheduler | None = None
         self._loop_tick = time.monotonic()
 
     def request_stop(self, *, force: bool = False) -> None:
@@ -159,11 +162,15 @@ class Worker:
                 self.claimers[name].wake()
 
     async def run(self) -> None:
+        # One connection per claimer, plus the completer and the reaper; it grows for progress
+        # writes and, when there are idempotent async handlers, one per slot (each holds its
+        # transaction open for the handler's run).
         pool_size = len(self.queues) + 2
+        holds = any(t.options.idempotent and t.is_async for t in self.app.tasks.values())
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self.dsn,
             min_size=pool_size,
-            max_size=pool_size + 2,
+            max_size=pool_size + 4 + (sum(self.queues.values()) if holds else 0),
             kwargs={"autocommit": True, "application_name": application_name("worker")},
             open=False,
             name="taskq-worker",
@@ -197,11 +204,14 @@ class Worker:
             q: ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"taskq-{q}")
             for q, slots in self.queues.items()
         }
-        completer = Completer(pool, self.app.options_for, worker_id=self.worker_id)
+        completer = Completer(pool, self.app.options_for, worker_id=self.worker_id, wake=self._wake)
+        runtime = WorkerRuntime(
+            self.app, pool, dsn=self.dsn, sync_max_size=sum(self.queues.values()) + 2
+        )
+        self.scheduler = Scheduler(self.app, self.dsn)
         for queue, slots in self.queues.items():
             executor = Executor(
-                self.app,
-                pool,
+                runtime,
                 worker_id=self.worker_id,
                 threads=thread_pools[queue],
                 progress_interval_seconds=self.settings.progress_interval_seconds,
@@ -237,6 +247,7 @@ class Worker:
                     group.create_task(completer.run(), name="taskq-completer"),
                     group.create_task(self.reaper.run(), name="taskq-reaper"),
                     group.create_task(self._tick(), name="taskq-tick"),
+                    group.create_task(self.scheduler.run(), name="taskq-scheduler"),
                 ]
                 claiming = [
                     group.create_task(c.run(), name=f"taskq-claimer-{c.queue}")
@@ -255,6 +266,7 @@ class Worker:
         finally:
             clean = not any(c.in_flight for c in self.claimers.values()) and not completer.pending
             await asyncio.to_thread(self.heartbeat.stop, unregister=clean)
+            await asyncio.to_thread(runtime.close)
             await pool.close()
             for executor_threads in thread_pools.values():
                 executor_threads.shutdown(wait=False, cancel_futures=True)

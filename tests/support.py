@@ -248,3 +248,9 @@ class PrivateServer:
 
     def stop(self) -> None:
         self.server.cleanup()
+
+
+def execute(dsn: str, statement: str) -> None:
+    """Run DDL or several statements (simple query protocol, no parameters)."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(statement.encode())

@@ -9,12 +9,20 @@
 -- Index: tasks_runnable_idx (queue, priority DESC, runnable_at, id) WHERE status IN (PENDING,
 -- FAILED): finished rows are not in it, so the scan cost does not grow with history.
 WITH picked AS MATERIALIZED (
-    SELECT id
-    FROM taskq.tasks
+    SELECT c.id
+    FROM taskq.tasks AS c
     WHERE status IN ('PENDING', 'FAILED')
       AND queue = %(queue)s
       AND runnable_at <= now()
       AND task_type = ANY(%(task_types)s::text[])
+      -- Per-key ordering: a keyed task is claimable only at the head of its key, i.e. when no
+      -- earlier task with the same key is still live (a failing head blocks its key until it
+      -- succeeds or is dead-lettered). Waiting tasks are not claimed, so they hold no slot.
+      AND (c.ordering_key IS NULL OR NOT EXISTS (
+              SELECT 1 FROM taskq.tasks AS earlier
+              WHERE earlier.ordering_key = c.ordering_key
+                AND earlier.id < c.id
+                AND earlier.status IN ('PENDING', 'PROCESSING', 'FAILED')))
     ORDER BY priority DESC, runnable_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -35,4 +43,4 @@ WHERE t.id = picked.id
   AND handler.task_type = t.task_type
 RETURNING t.id, t.task_type, t.queue, t.biz_id, t.payload, t.priority, t.retry_count,
           t.max_retry_count, t.timeout_seconds, t.effective_id, t.trace_id, t.created_at,
-          t.scheduled_at, t.started_at;
+          t.scheduled_at, t.started_at, t.context, t.parent_id, t.ordering_key;

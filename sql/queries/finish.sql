@@ -67,3 +67,20 @@ WHERE t.id = rel.id
   AND t.effective_id = rel.token
   AND t.status = 'PROCESSING'
 RETURNING t.id;
+
+-- name: record_business_key
+-- Exactly-once business effects: inside the handler's transaction, take the (task_type, biz_id)
+-- key. No row back means another delivery of the same business key already committed its
+-- effects (or holds the key right now: this statement waits for it to finish).
+INSERT INTO taskq.task_executed (task_type, biz_id, task_id)
+VALUES (%(task_type)s, %(biz_id)s, %(id)s)
+ON CONFLICT (task_type, biz_id) DO NOTHING
+RETURNING task_id;
+
+-- name: mark_success
+-- PROCESSING -> SUCCESS for one attempt, inside the idempotent handler's own transaction, so
+-- the business writes, the task_executed row and the SUCCESS commit together or not at all.
+UPDATE taskq.tasks
+SET status = 'SUCCESS', finished_at = now(), updated_at = now()
+WHERE id = %(id)s AND effective_id = %(token)s AND status = 'PROCESSING'
+RETURNING id;

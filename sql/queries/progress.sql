@@ -11,3 +11,14 @@ WITH updated AS (
 SELECT pg_notify('taskq_progress',
                  json_build_object('id', updated.id, 'progress', %(progress)s::jsonb)::text)
 FROM updated;
+
+-- name: save_checkpoint
+-- Record that a stage finished: context becomes {"stage": <stage>, "data": <earlier data merged
+-- with this stage's>}. Fenced by the attempt's token: a stale attempt cannot move the stage.
+UPDATE taskq.tasks
+SET context = jsonb_build_object(
+        'stage', %(stage)s::text,
+        'data', coalesce(context -> 'data', '{}'::jsonb) || %(data)s::jsonb),
+    updated_at = now()
+WHERE id = %(id)s AND effective_id = %(token)s AND status = 'PROCESSING'
+RETURNING context;

@@ -1,7 +1,8 @@
 -- name: get_task
 SELECT id, task_type, queue, biz_id, payload, status, priority, scheduled_at, retry_count,
        max_retry_count, next_retry_time, last_error, timeout_seconds, started_at, finished_at,
-       effective_id, worker_id, progress, trace_id, created_at, updated_at
+       effective_id, worker_id, progress, trace_id, created_at, updated_at, unique_key,
+       ordering_key, parent_id, context
 FROM taskq.tasks
 WHERE id = %(id)s;
 
@@ -19,3 +20,33 @@ WHERE status = 'PROCESSING'
   AND (%(task_type)s::text IS NULL OR task_type = %(task_type)s::text)
 ORDER BY started_at, id
 LIMIT %(limit)s;
+
+-- name: task_tree
+-- A task and every task it enqueued, recursively (child tasks carry parent_id).
+WITH RECURSIVE tree AS (
+    SELECT t.id, t.parent_id, t.task_type, t.status, t.biz_id, t.trace_id, t.retry_count,
+           t.created_at, t.finished_at, 0 AS depth
+    FROM taskq.tasks AS t WHERE t.id = %(id)s
+    UNION ALL
+    SELECT c.id, c.parent_id, c.task_type, c.status, c.biz_id, c.trace_id, c.retry_count,
+           c.created_at, c.finished_at, tree.depth + 1
+    FROM taskq.tasks AS c JOIN tree ON c.parent_id = tree.id
+    WHERE tree.depth < 50
+)
+SELECT * FROM tree ORDER BY depth, id;
+
+-- name: tasks_without_task
+-- Reconciliation: which of these business keys have no task of this type at all (in any
+-- status)? A key that already ran, or is waiting, is not missing.
+SELECT k.biz_id
+FROM unnest(%(biz_ids)s::text[]) AS k(biz_id)
+WHERE NOT EXISTS (
+    SELECT 1 FROM taskq.tasks AS t WHERE t.task_type = %(task_type)s AND t.biz_id = k.biz_id
+);
+
+-- name: demo_points
+-- The demo's business table, to show exactly-once effects (taskq demo only).
+SELECT points FROM demo_accounts WHERE id = 1;
+
+-- name: demo_pipeline
+SELECT retry_count, context FROM taskq.tasks WHERE task_type = 'demo.pipeline' ORDER BY id LIMIT 1;
