@@ -169,6 +169,7 @@ class App:
         retry_delay: float = 60.0,
         retry_jitter: float = 30.0,
         idempotent: bool = False,
+        essential: bool = False,
     ) -> Callable[[Handler], Task]:
         """Register ``fn(ctx, payload)`` as the handler of ``task_type``.
 
@@ -176,6 +177,7 @@ class App:
         the backoff ``delay * 2**retry_count + random(0, jitter)``. ``idempotent=True`` runs the
         handler in one transaction with the (task_type, biz_id) dedup row and the SUCCESS update
         (``ctx.conn`` / ``ctx.aconn``): its business writes commit exactly once per biz_id.
+        ``essential=True`` keeps the type running when protection is at L2 (DEGRADED).
         """
         check_name("task type", task_type)
         check_name("queue", queue)
@@ -195,6 +197,7 @@ class App:
             retry_delay_seconds=float(retry_delay),
             retry_jitter_seconds=float(retry_jitter),
             idempotent=idempotent,
+            essential=essential,
         )
 
         def register(fn: Handler) -> Task:

@@ -19,10 +19,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from taskq import store
 from taskq.backoff import Backoff, jittered
+from taskq.control import ControlWatcher
 from taskq.db import ConnectionError_, first_line
 from taskq.executor import Executor
+from taskq.metrics import Metrics
 from taskq.model import ClaimedTask, TaskOptions
 from taskq.outcome import Outcome
+from taskq.protection import Policy, claim_policy
 
 log = structlog.get_logger("taskq.claimer")
 
@@ -39,6 +42,9 @@ class Claimer:
         report: Callable[[Outcome], None],
         worker_id: str,
         poll_interval_seconds: float,
+        control: ControlWatcher,
+        metrics: Metrics,
+        probe_timeout_seconds: float = 300.0,
         memory_ok: Callable[[], bool] | None = None,
     ) -> None:
         self.queue = queue
@@ -50,6 +56,9 @@ class Claimer:
         self._worker_id = worker_id
         self._poll = poll_interval_seconds
         self._memory_ok = memory_ok
+        self._control = control
+        self._metrics = metrics
+        self._probe_timeout = probe_timeout_seconds
         self._wake = asyncio.Event()
         self._wake.set()  # look once at start
         self._changed = asyncio.Event()
@@ -115,6 +124,7 @@ class Claimer:
             task.cancel()
 
     async def run(self) -> None:
+        self._metrics.running.labels(self.queue).set(0)
         try:
             async with asyncio.TaskGroup() as group:
                 await self._claim_loop(group)
@@ -143,16 +153,18 @@ class Claimer:
                 await asyncio.sleep(jittered(self._poll))
                 continue
             self._wake.clear()
-            limit = self.free_slots
+            policy = claim_policy(
+                self._control.state,
+                queue=self.queue,
+                handlers=self._handlers,
+                free=self.free_slots,
+                slots=self.slots,
+            )
+            if policy.limit <= 0 or not (policy.handlers or policy.probes):
+                continue  # paused, stopped or throttled: wait for a control change or the poll
             try:
                 async with self._pool.connection() as conn:
-                    claimed = await store.claim_batch(
-                        conn,
-                        queue=self.queue,
-                        handlers=self._handlers,
-                        limit=limit,
-                        worker_id=self._worker_id,
-                    )
+                    claimed = await self._claim(conn, policy)
             except ConnectionError_ as exc:
                 if not outage_logged:
                     log.warning("claim_unavailable", queue=self.queue, error=first_line(exc))
@@ -170,12 +182,16 @@ class Claimer:
                 outage_logged = False
             backoff.reset()
             self.claims += 1
-            if len(claimed) == limit:
+            if len(claimed) == policy.limit:
                 self._wake.set()  # a full batch: there is probably more
             for task in claimed:
                 self._in_flight[task.id] = task
                 self._live[task.id] = task
                 self.idle.clear()
+                latency = (
+                    (task.started_at - task.ready_at).total_seconds() if task.ready_at else None
+                )
+                self._metrics.claimed(task.queue, task.task_type, task.retry_count, latency)
                 log.debug(
                     "task_claimed",
                     task_id=task.id,
@@ -185,6 +201,49 @@ class Claimer:
                     effective_id=str(task.effective_id),
                 )
                 self._tasks[task.id] = group.create_task(self._run_one(task))
+            self._metrics.running.labels(self.queue).set(len(self._in_flight))
+
+    async def _claim(self, conn: Any, policy: Policy) -> list[ClaimedTask]:
+        """Probes first (one task of a HALF_OPEN type, if this worker wins the probe), then
+        the batch the policy allows."""
+        claimed: list[ClaimedTask] = []
+        limit = policy.limit
+        for task_type in policy.probes:
+            if limit <= 0:
+                break
+            if not await store.breaker_take_probe(
+                conn,
+                task_type=task_type,
+                worker_id=self._worker_id,
+                probe_timeout=self._probe_timeout,
+            ):
+                continue
+            probe = await store.claim_batch(
+                conn,
+                queue=self.queue,
+                handlers=[h for h in self._handlers if h.task_type == task_type],
+                limit=1,
+                worker_id=self._worker_id,
+                probe=True,
+            )
+            if probe:
+                log.info("breaker_probe_claimed", task_type=task_type, task_id=probe[0].id)
+                claimed += probe
+                limit -= 1
+            else:
+                await store.breaker_give_back_probe(
+                    conn, task_type=task_type, worker_id=self._worker_id
+                )
+        if policy.handlers and limit > 0:
+            claimed += await store.claim_batch(
+                conn,
+                queue=self.queue,
+                handlers=policy.handlers,
+                limit=limit,
+                worker_id=self._worker_id,
+                retries_only=policy.retries_only,
+            )
+        return claimed
 
     def _reported(self, outcome: Outcome) -> None:
         self._live.pop(outcome.task.id, None)
@@ -204,6 +263,7 @@ class Claimer:
             self._live.pop(task.id, None)
             self._lost.discard(task.id)
             self._tasks.pop(task.id, None)
+            self._metrics.running.labels(self.queue).set(len(self._in_flight))
             if not self._in_flight:
                 self.idle.set()
             self._changed.set()

@@ -27,6 +27,7 @@ from taskq.config import resolve_dsn
 from taskq.db import connect_plain, first_line, session
 from taskq.errors import ConfigError, DatabaseUnavailable, TaskqError
 from taskq.memory import parse_size
+from taskq.protection import ProtectionSettings
 from taskq.worker import Worker, WorkerSettings, parse_queues
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,28 +81,47 @@ def cli() -> None:
 @dsn_option
 @click.option("--sql", "as_sql", is_flag=True, help="Print the SQL instead of running it.")
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
-def migrate(dsn: str | None, as_sql: bool, revision: str) -> None:
+@click.option(
+    "--roles",
+    "with_roles",
+    is_flag=True,
+    help="Then create the roles taskq_enqueuer, taskq_worker, taskq_operator if missing and "
+    "grant them their privileges (sql/roles.sql; needs the schema owner with CREATEROLE).",
+)
+def migrate(dsn: str | None, as_sql: bool, revision: str, with_roles: bool) -> None:
     """Create or upgrade the taskq schema (safe to run from many hosts at once)."""
     from taskq import migrate as migrations  # alembic is slow to import; only load it here
 
     if as_sql:
         click.echo(migrations.sql_script(revision))
+        if with_roles:
+            click.echo(migrations.roles_sql_script())
         return
     target = resolve_dsn(dsn)
     migrations.upgrade(target, revision)
     click.echo(f"taskq schema is at {revision}")
+    if with_roles:
+        migrations.apply_roles(target)
+        click.echo(f"roles granted: {', '.join(migrations.ROLE_NAMES)}")
 
 
 # --- worker --------------------------------------------------------------------------------
 
 
 @cli.command()
-@click.option("--app", "app_spec", required=True, help="Where the App is: module:attribute.")
+@click.option(
+    "--app",
+    "app_spec",
+    required=True,
+    envvar="TASKQ_APP",
+    help="Where the App is: module:attribute. Default: $TASKQ_APP.",
+)
 @click.option(
     "--queues",
     default=None,
-    help="Queues and their concurrency, e.g. sms=8,sync=32. Default: every queue the app's "
-    "tasks use, 10 slots each.",
+    envvar="TASKQ_QUEUES",
+    help="Queues and their concurrency, e.g. sms=8,sync=32. Default: $TASKQ_QUEUES, else every "
+    "queue the app's tasks use, 10 slots each.",
 )
 @dsn_option
 @click.option(
@@ -147,6 +167,59 @@ def migrate(dsn: str | None, as_sql: bool, revision: str) -> None:
     help="Stop claiming while resident memory is above this (e.g. 512M, 2G).",
 )
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    envvar="TASKQ_METRICS_PORT",
+    help="Serve Prometheus metrics on this port (/metrics).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address for --metrics-port (loopback by default; 0.0.0.0 to expose).",
+)
+@click.option(
+    "--prune-after",
+    default=None,
+    help="Delete SUCCESS rows older than this (e.g. 7d), on the leader every 10 minutes.",
+)
+@click.option(
+    "--breaker-threshold",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Consecutive failures of a task type that open its circuit breaker.",
+)
+@click.option(
+    "--breaker-cooldown",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds an open breaker waits before letting one probe through.",
+)
+@click.option("--log-payloads", is_flag=True, help="Include payloads in task log events.")
+@click.option(
+    "--pgbouncer",
+    is_flag=True,
+    envvar="TASKQ_PGBOUNCER",
+    help="--dsn goes through PgBouncer in transaction mode: never prepare statements "
+    "server-side. Needs --listen-dsn or --no-listen. Default: $TASKQ_PGBOUNCER.",
+)
+@click.option(
+    "--listen-dsn",
+    default=None,
+    envvar="TASKQ_LISTEN_DSN",
+    help="A direct connection to PostgreSQL for LISTEN (a transaction pooler cannot keep it). "
+    "Default: $TASKQ_LISTEN_DSN, else --dsn.",
+)
+@click.option(
+    "--no-listen",
+    is_flag=True,
+    envvar="TASKQ_NO_LISTEN",
+    help="Do not LISTEN; only poll. New tasks then wait up to --poll-interval to start.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["auto", "json", "console"]),
     default="auto",
@@ -168,6 +241,15 @@ def worker(
     reaper_interval: float,
     timeout_grace: float,
     max_memory: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    prune_after: str | None,
+    breaker_threshold: int,
+    breaker_cooldown: float,
+    log_payloads: bool,
+    pgbouncer: bool,
+    listen_dsn: str | None,
+    no_listen: bool,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -189,6 +271,16 @@ def worker(
         reaper_interval_seconds=reaper_interval,
         timeout_grace_seconds=timeout_grace,
         max_memory_bytes=memory_limit,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        prune_after_seconds=_duration("--prune-after", prune_after),
+        protection=ProtectionSettings(
+            breaker_threshold=breaker_threshold, breaker_cooldown_seconds=breaker_cooldown
+        ),
+        log_payloads=log_payloads,
+        pgbouncer=pgbouncer,
+        listen=not no_listen,
+        listen_dsn=listen_dsn,
     )
     w = Worker(app, dsn=resolve_dsn(dsn or app._dsn), settings=settings)
     asyncio.run(_serve(w))
@@ -197,6 +289,17 @@ def worker(
         # back already. Do not let the interpreter wait for it at exit.
         sys.stderr.flush()
         os._exit(0)
+
+
+def _duration(option: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    from taskq.stats import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(f"{option}: {exc}") from None
 
 
 async def _serve(w: Worker) -> None:
@@ -279,6 +382,37 @@ def workers(dsn: str | None, as_json: bool) -> None:
             "[green]alive[/green]" if r["alive"] else "[red]lease expired[/red]",
         )
     out.print(table)
+
+
+@cli.command()
+@dsn_option
+@click.option("--worker-id", default=None, help="Check this worker (any host).")
+@click.option("--pid", type=int, default=None, help="Check the worker with this PID on this host.")
+@click.option(
+    "--max-silence",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Unhealthy after this many seconds without a heartbeat. Default: the worker's lease "
+    "(3 heartbeats).",
+)
+def health(
+    dsn: str | None, worker_id: str | None, pid: int | None, max_silence: float | None
+) -> None:
+    """Exit 0 when the database answers and the worker heart-beats; for container health checks.
+
+    Without --worker-id or --pid it checks the freshest worker registered with this hostname:
+    in a container, the worker of that container. Exit 1: no such worker, or silent too long;
+    3: the database did not answer.
+    """
+    from taskq import health as health_ops
+
+    found = health_ops.check(
+        resolve_dsn(dsn), worker_id=worker_id, pid=pid, max_silence_seconds=max_silence
+    )
+    click.echo(
+        f"ok: worker {found.worker_id} (pid {found.pid} on {found.host}) heart-beat "
+        f"{found.silent_seconds:.1f}s ago"
+    )
 
 
 # --- enqueue -------------------------------------------------------------------------------
@@ -428,18 +562,6 @@ def reconcile(
 
 
 # --- stats ---------------------------------------------------------------------------------
-
-
-@cli.command()
-@dsn_option
-@json_option
-def stats(dsn: str | None, as_json: bool) -> None:
-    """Backlog by queue, task type and status, with the age of the oldest runnable task."""
-    rows = stats_ops.backlog(resolve_dsn(dsn))
-    if as_json:
-        print_json([r.as_dict() for r in rows])
-        return
-    render_stats(rows)
 
 
 def render_stats(rows: list[stats_ops.TypeStats]) -> None:
@@ -666,5 +788,12 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
+# The operations commands (stats, plan, pause, resume, circuit, watch, prune) live in their
+# own module; importing it registers them on the group.
+from taskq import cli_ops  # noqa: E402, F401
+
 if __name__ == "__main__":
-    main()
+    # Run through the imported module, on which cli_ops registered its commands.
+    from taskq.cli import main as _main
+
+    _main()

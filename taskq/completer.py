@@ -19,6 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from taskq import store
 from taskq.backoff import Backoff
 from taskq.db import ConnectionError_, first_line
+from taskq.metrics import Metrics
 from taskq.model import Finished, Status, TaskOptions
 from taskq.outcome import Kind, Outcome
 
@@ -50,9 +51,15 @@ class Completer:
         *,
         worker_id: str,
         wake: Callable[[list[str]], None] | None = None,
+        metrics: Metrics | None = None,
+        breaker_threshold: int = 5,
+        log_payloads: bool = False,
     ) -> None:
+        self._log_payloads = log_payloads
         self._pool = pool
         self._wake = wake
+        self._metrics = metrics
+        self._breaker_threshold = breaker_threshold
         self._options_for = options_for
         self._worker_id = worker_id
         self._queue: asyncio.Queue[Outcome] = asyncio.Queue()
@@ -91,9 +98,11 @@ class Completer:
         rest = []
         for o in batch:
             if o.kind is Kind.COMMITTED:
-                log.info("task_succeeded", in_transaction=True, **task_fields(o, self._worker_id))
+                log.info("task_succeeded", in_transaction=True, **self._fields(o))
+                self._count(o)
             elif o.kind is Kind.DUPLICATE:
-                log.info("task_duplicate_skipped", **task_fields(o, self._worker_id))
+                log.info("task_duplicate_skipped", **self._fields(o))
+                self._count(o)
             else:
                 rest.append(o)
         return rest
@@ -130,7 +139,8 @@ class Completer:
                 )
                 for o in successes:
                     if o.task.id in won:
-                        log.info("task_succeeded", **task_fields(o, self._worker_id))
+                        log.info("task_succeeded", **self._fields(o))
+                        self._count(o)
                     else:
                         self._lease_lost(o, retried)
                 successes = []
@@ -141,6 +151,7 @@ class Completer:
                     self._lease_lost(o, retried)
                 else:
                     self._log_failure(o, finished)
+                    self._count(o)
                 others.pop(0)
         return successes + others
 
@@ -158,20 +169,35 @@ class Completer:
             delay_seconds=opts.retry_delay_seconds,
             jitter_seconds=opts.retry_jitter_seconds,
             after_seconds=o.after_seconds,
+            # A deliberate taskq.Retry is a snooze, not a sign the downstream is sick.
+            counts_for_breaker=o.kind is Kind.FAILURE,
+            breaker_threshold=self._breaker_threshold,
         )
 
+    def _fields(self, o: Outcome) -> dict[str, Any]:
+        fields = task_fields(o, self._worker_id)
+        if self._log_payloads:
+            fields["payload"] = o.task.payload
+        return fields
+
+    def _count(self, o: Outcome) -> None:
+        if self._metrics is not None:
+            self._metrics.outcome(o)
+
     def _lease_lost(self, o: Outcome, retried: bool) -> None:
+        if self._metrics is not None:
+            self._metrics.counted(o.task.queue, o.task.task_type, "lease_lost")
         # After a reconnect the first try may have committed before the connection dropped;
         # then "no row matched" is our own earlier write, not a lost lease.
         log.warning(
             "lease_lost",
             outcome=o.kind.value,
             maybe_already_written=retried,
-            **task_fields(o, self._worker_id),
+            **self._fields(o),
         )
 
     def _log_failure(self, o: Outcome, finished: Finished) -> None:
-        fields = task_fields(o, self._worker_id)
+        fields = self._fields(o)
         if finished.status is Status.DEAD_LETTER:
             log.warning("task_dead_lettered", error_type=o.error_type, **fields)
         else:

@@ -34,9 +34,10 @@ def unavailable(exc: BaseException) -> DatabaseUnavailable:
 
 
 def connect(
-    dsn: str, *, role: str = "cli", autocommit: bool = False
+    dsn: str, *, role: str = "cli", autocommit: bool = False, **kwargs: Any
 ) -> psycopg.Connection[dict[str, Any]]:
-    """A sync connection with dict rows (the CLI and tests use these)."""
+    """A sync connection with dict rows (the CLI and tests use these). ``kwargs`` go to
+    ``psycopg.connect`` (the worker passes ``pooler_kwargs``)."""
     try:
         return psycopg.connect(
             dsn,
@@ -44,9 +45,25 @@ def connect(
             row_factory=dict_row,
             application_name=application_name(role),
             connect_timeout=10,
+            **kwargs,
         )
     except ConnectionError_ as exc:
         raise unavailable(exc) from None
+
+
+def pooler_kwargs(*, pgbouncer: bool) -> dict[str, Any]:
+    """Connection arguments for a worker whose connections go through PgBouncer in transaction
+    mode (``taskq worker --pgbouncer``).
+
+    psycopg prepares a statement server-side once it has run 5 times (``prepare_threshold``);
+    the prepared statement lives in one server session, and under transaction pooling the next
+    transaction may get another session: "prepared statement _pg3_0 does not exist" (or
+    "already exists"). ``prepare_threshold=None`` never prepares; the cost is planning each
+    statement again, small next to a round trip. Everything else taskq runs through such a
+    connection is session-free: one statement or one transaction at a time, advisory locks only
+    transaction-scoped; LISTEN, the one session-bound thing, has its own direct connection.
+    """
+    return {"prepare_threshold": None} if pgbouncer else {}
 
 
 def connect_plain(dsn: str, *, role: str) -> psycopg.Connection[Any]:

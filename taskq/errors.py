@@ -46,6 +46,11 @@ class LeaseLost(TaskqError):
     """This attempt's token no longer matches the row: the task was taken away from us."""
 
 
+class Unhealthy(TaskqError):
+    """``taskq health``: the database answered, but the worker it looked for is missing or has
+    stopped heart-beating. Exit code 1, which container health checks read as "unhealthy"."""
+
+
 class DatabaseUnavailable(TaskqError):
     """PostgreSQL could not be reached or went away."""
 

@@ -19,6 +19,7 @@ import contextvars
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import structlog
 
@@ -42,8 +43,10 @@ class Executor:
         worker_id: str,
         threads: ThreadPoolExecutor,
         progress_interval_seconds: float = 0.25,
+        log_payloads: bool = False,
     ) -> None:
         self._runtime = runtime
+        self._log_payloads = log_payloads
         self._app = runtime.app
         self._worker_id = worker_id
         self._threads = threads
@@ -69,14 +72,17 @@ class Executor:
             loop, write_progress, min_interval_seconds=self._progress_interval
         )
         ctx = TaskContext(task, worker_id=self._worker_id, reporter=reporter, runtime=self._runtime)
-        with structlog.contextvars.bound_contextvars(
-            task_id=task.id,
-            task_type=task.task_type,
-            biz_id=task.biz_id,
-            trace_id=task.trace_id,
-            attempt=task.retry_count,
-            worker_id=self._worker_id,
-        ):
+        bound: dict[str, Any] = {
+            "task_id": task.id,
+            "task_type": task.task_type,
+            "biz_id": task.biz_id,
+            "trace_id": task.trace_id,
+            "attempt": task.retry_count,
+            "worker_id": self._worker_id,
+        }
+        if self._log_payloads:
+            bound["payload"] = task.payload
+        with structlog.contextvars.bound_contextvars(**bound):
             log.debug("task_started", queue=task.queue)
             started = time.monotonic()
             try:
@@ -110,7 +116,7 @@ class Executor:
                         async with ctx._aattached(conn), scope:
                             await handler.fn(ctx, task.payload)
                     await _flush(reporter)
-                    if not await store.amark_success(conn, task):
+                    if not await store.amark_success(conn, task, duplicate=duplicate):
                         raise LeaseLost(f"task {task.id}: attempt taken away; rolled back")
                 return Outcome.committed(task, time.monotonic() - started, duplicate=duplicate)
             async with scope:
@@ -147,7 +153,7 @@ class Executor:
                     with ctx._attached(conn):
                         handler.fn(ctx, task.payload)
                 flush_from_thread()
-                if not store.mark_success(conn, task):
+                if not store.mark_success(conn, task, duplicate=duplicate):
                     raise LeaseLost(f"task {task.id}: attempt taken away; rolled back")
             return duplicate
 

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -51,8 +51,10 @@ class Heartbeat:
         held: Held,
         on_lost: Callable[[list[int]], None],
         loop_silence: Callable[[], float],
+        connect_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self._dsn = dsn
+        self._connect_kwargs = dict(connect_kwargs or {})
         self._worker_id = worker_id
         self._queues_json = json.dumps(queues)
         self._interval = interval_seconds
@@ -91,7 +93,9 @@ class Heartbeat:
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = connect(self._dsn, role="heartbeat", autocommit=True)
+            self._conn = connect(
+                self._dsn, role="heartbeat", autocommit=True, **self._connect_kwargs
+            )
         return self._conn
 
     def _close(self) -> None:

@@ -11,12 +11,14 @@ import io
 import logging
 from collections.abc import Iterator
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 
-from taskq.db import ConnectionError_, unavailable
+from taskq import store
+from taskq.db import ConnectionError_, connect, first_line, unavailable
 from taskq.errors import ConfigError
-from taskq.sqlfiles import migrations_root
+from taskq.sqlfiles import migrations_root, roles
 
 
 def _config(dsn: str | None, output: io.StringIO | None = None) -> Config:
@@ -67,6 +69,34 @@ def sql_script(revision: str = "head", *, from_revision: str | None = None) -> s
     except Exception as exc:
         raise ConfigError(f"cannot render migration SQL: {exc}") from None
     return out.getvalue()
+
+
+ROLE_NAMES = ("taskq_enqueuer", "taskq_worker", "taskq_operator")
+
+
+def apply_roles(dsn: str) -> None:
+    """Create the least-privilege roles if missing and (re)grant them (``sql/roles.sql``).
+
+    One transaction: a failure leaves the previous grants in place, never half of the new ones.
+    Needs the schema owner with CREATEROLE, which is why it is a separate step from the schema
+    (``taskq migrate --roles``) rather than a migration: a DBA may run migrations as a role
+    that must not create roles, and the roles are cluster-wide while migrations are not.
+    """
+    with connect(dsn, role="migrate") as conn:
+        try:
+            store.run_script(conn, roles())
+        except ConnectionError_ as exc:
+            raise unavailable(exc) from None
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise ConfigError(
+                f"cannot apply the taskq roles: {first_line(exc)} (run it as the owner of the "
+                "taskq schema, with CREATEROLE)"
+            ) from None
+
+
+def roles_sql_script() -> str:
+    """``sql/roles.sql`` wrapped in one transaction, for ``taskq migrate --sql --roles``."""
+    return f"-- taskq roles (sql/roles.sql)\nBEGIN;\n\n{roles().strip()}\n\nCOMMIT;\n"
 
 
 def _is_connection_error(exc: BaseException) -> bool:

@@ -89,6 +89,8 @@ class TaskOptions:
     retry_delay_seconds: float = DEFAULT_RETRY_DELAY_SECONDS
     retry_jitter_seconds: float = DEFAULT_RETRY_JITTER_SECONDS
     idempotent: bool = False
+    essential: bool = False
+    """Keeps running at protection level L2 (DEGRADED)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,9 @@ class ClaimedTask:
     context: JSON = None
     parent_id: int | None = None
     ordering_key: str | None = None
+    ready_at: dt.datetime | None = None
+    """When the row became runnable (scheduled_at, or next_retry_time for a retry): the start
+    of its dispatch latency."""
 
 
 @dataclass(frozen=True, slots=True)

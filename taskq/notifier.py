@@ -24,8 +24,9 @@ log = structlog.get_logger("taskq.notifier")
 
 TASKS_CHANNEL = "taskq_tasks"
 
-WakeQueues = Callable[[list[str] | None], None]
-"""Called with the queues that got work, or None for "every queue"."""
+Listener = Callable[[str | None], None]
+"""Called with a notification's payload, or None after a reconnect (something may have been
+missed: behave as if everything changed)."""
 
 
 def parse_tasks_payload(payload: str) -> list[str] | None:
@@ -42,9 +43,11 @@ def parse_tasks_payload(payload: str) -> list[str] | None:
 
 
 class Notifier:
-    def __init__(self, dsn: str, wake: WakeQueues, *, keepalive_seconds: int = 10) -> None:
+    def __init__(
+        self, dsn: str, listeners: dict[str, Listener], *, keepalive_seconds: int = 10
+    ) -> None:
         self._dsn = dsn
-        self._wake = wake
+        self._listeners = listeners
         self._keepalive = keepalive_seconds
         self.connected = asyncio.Event()
         self.reconnected = asyncio.Event()  # set at every re-connection after the first
@@ -76,7 +79,8 @@ class Notifier:
             try:
                 async with conn:
                     self._conn = conn
-                    await store.listen(conn, TASKS_CHANNEL)
+                    for channel in self._listeners:
+                        await store.listen(conn, channel)
                     self.connected.set()
                     backoff.reset()
                     if not first:
@@ -85,11 +89,13 @@ class Notifier:
                         log.info("notifier_reconnected")
                     outage_logged = False
                     # Anything sent while we were not listening is lost: look once everywhere.
-                    self._wake(None)
+                    for listener in self._listeners.values():
+                        listener(None)
                     first = False
                     async for notify in conn.notifies():
-                        if notify.channel == TASKS_CHANNEL:
-                            self._wake(parse_tasks_payload(notify.payload))
+                        on_notify = self._listeners.get(notify.channel)
+                        if on_notify is not None:
+                            on_notify(notify.payload)
             except ConnectionError_ as exc:
                 self.connected.clear()
                 if not outage_logged:

@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 from taskq import store
 from taskq.backoff import jittered
 from taskq.db import ConnectionError_, first_line, unavailable
+from taskq.metrics import Metrics
 
 log = structlog.get_logger("taskq.reaper")
 
@@ -34,8 +35,10 @@ class Reaper:
         interval_seconds: float,
         grace_seconds: float,
         orphan_after_seconds: float,
+        metrics: Metrics | None = None,
     ) -> None:
         self._pool = pool
+        self._metrics = metrics
         self._interval = interval_seconds
         self._grace = grace_seconds
         self._orphan_after = orphan_after_seconds
@@ -53,6 +56,9 @@ class Reaper:
         self.passes += 1
         for row in rescued:
             event = "task_dead_lettered" if row["status"] == "DEAD_LETTER" else "task_reaped"
+            if self._metrics is not None:
+                outcome = "dead_lettered" if row["status"] == "DEAD_LETTER" else "rescued"
+                self._metrics.counted(row["queue"], row["task_type"], outcome)
             log.warning(
                 event,
                 task_id=row["id"],

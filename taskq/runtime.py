@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -17,11 +18,18 @@ from taskq.db import application_name
 
 class WorkerRuntime:
     def __init__(
-        self, app: App, pool: AsyncConnectionPool[Any], *, dsn: str, sync_max_size: int
+        self,
+        app: App,
+        pool: AsyncConnectionPool[Any],
+        *,
+        dsn: str,
+        sync_max_size: int,
+        connect_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.app = app
         self._pool = pool
         self._dsn = dsn
+        self._connect_kwargs = dict(connect_kwargs or {})
         self._sync_max = max(1, sync_max_size)
         self._sync_pool: ConnectionPool[Any] | None = None
         self._lock = threading.Lock()
@@ -38,7 +46,11 @@ class WorkerRuntime:
                     self._dsn,
                     min_size=0,
                     max_size=self._sync_max,
-                    kwargs={"autocommit": True, "application_name": application_name("handler")},
+                    kwargs={
+                        "autocommit": True,
+                        "application_name": application_name("handler"),
+                        **self._connect_kwargs,
+                    },
                     name="taskq-handlers",
                     open=True,
                 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,9 +99,17 @@ def run_schedule(conn: psycopg.Connection[Any], app: App, schedule: Schedule) ->
 class Scheduler:
     """Runs every schedule of the app, sleeping until the next tick is due."""
 
-    def __init__(self, app: App, dsn: str, *, max_sleep_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        app: App,
+        dsn: str,
+        *,
+        max_sleep_seconds: float = 30.0,
+        connect_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
         self._app = app
         self._dsn = dsn
+        self._connect_kwargs = dict(connect_kwargs or {})
         self._max_sleep = max_sleep_seconds
         self._conn: psycopg.Connection[Any] | None = None
         self.passes = 0
@@ -108,7 +117,9 @@ class Scheduler:
     def run_once(self) -> list[Fired]:
         """One pass over every schedule (blocking; the worker runs it in a thread)."""
         if self._conn is None or self._conn.closed:
-            self._conn = connect(self._dsn, role="scheduler", autocommit=True)
+            self._conn = connect(
+                self._dsn, role="scheduler", autocommit=True, **self._connect_kwargs
+            )
         fired = []
         for schedule in self._app.schedules.values():
             fired.append(run_schedule(self._conn, self._app, schedule))

@@ -64,3 +64,15 @@ def query_names() -> frozenset[str]:
 def ddl(name: str) -> str:
     """The DDL file ``sql/ddl/<name>.sql`` (used by the alembic revisions)."""
     return (sql_root() / "ddl" / f"{name}.sql").read_text(encoding="utf-8")
+
+
+def roles() -> LiteralString:
+    """``sql/roles.sql``: the least-privilege roles and their grants (``taskq migrate --roles``).
+
+    Several statements, DO blocks included, without transaction control: the caller runs it in
+    one transaction so a half-applied set of grants is never visible.
+    """
+    # Our own file, shipped with the package: trusted exactly like code. (mypy treats
+    # LiteralString as str, so no cast is needed to say so.)
+    text: LiteralString = (sql_root() / "roles.sql").read_text(encoding="utf-8")
+    return text

@@ -1,12 +1,16 @@
-"""Numbers for operators: the backlog by queue, task type and status."""
+"""Numbers for operators: the backlog, the last minutes' throughput, rates and latencies,
+and capacity plans from measured run times (Little's law)."""
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from taskq import store
 from taskq.db import session
+from taskq.errors import TaskqError
 from taskq.model import Status
 
 
@@ -41,3 +45,230 @@ def backlog(dsn: str) -> list[TypeStats]:
         if age is not None:
             entry.oldest_runnable_seconds = max(entry.oldest_runnable_seconds or 0.0, float(age))
     return [by_key[k] for k in sorted(by_key)]
+
+
+# --- the operator's report (`taskq stats`) -----------------------------------------------------
+
+
+@dataclass(slots=True)
+class TypeReport:
+    queue: str
+    task_type: str
+    backlog: dict[str, int] = field(default_factory=dict)
+    oldest_runnable_seconds: float | None = None
+    outcomes: dict[str, int] = field(default_factory=dict)
+    per_minute: float = 0.0
+    success_rate: float | None = None
+    failure_rate: float | None = None
+    run_seconds: list[float] | None = None  # p50, p95, p99
+    dispatch_seconds: list[float] | None = None
+    retries: dict[int, int] = field(default_factory=dict)
+    dead_letter_growth: int = 0
+    paused: bool = False
+    breaker: str = "CLOSED"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+@dataclass(slots=True)
+class Report:
+    minutes: int
+    types: list[TypeReport]
+    capacity: dict[str, dict[str, int]]  # queue -> {slots, workers, running}
+    pauses: list[dict[str, Any]]
+    breakers: list[dict[str, Any]]
+    protection: dict[str, Any]
+    health: dict[str, Any] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "minutes": self.minutes,
+            "types": [t.as_dict() for t in self.types],
+            "capacity": self.capacity,
+            "pauses": self.pauses,
+            "breakers": self.breakers,
+            "protection": self.protection,
+            "health": self.health,
+        }
+
+
+_FAILURES = ("failed", "dead_lettered")
+_ATTEMPTS = ("success", "failed", "dead_lettered", "retried", "rescued")
+
+
+def report(dsn: str, minutes: int = 15) -> Report:
+    """Everything `taskq stats` shows, for the last ``minutes``, in a few index-friendly
+    queries (the live rows through their partial indexes, history from the minute counters)."""
+    with session(dsn) as conn:
+        backlog_rows = store.backlog(conn)
+        outcomes = store.window_outcomes(conn, minutes)
+        latencies = store.window_latencies(conn, minutes)
+        retries = store.window_retries(conn, minutes)
+        growth = {r["task_type"]: int(r["n"]) for r in store.dlq_growth(conn, minutes)}
+        capacity_rows = store.capacity(conn)
+        pauses = store.list_pauses(conn)
+        breakers = store.list_breakers(conn)
+        protection = store.protection_get(conn)
+        health = store.db_health(conn)
+    types: dict[tuple[str, str], TypeReport] = {}
+
+    def entry(queue: str, task_type: str) -> TypeReport:
+        return types.setdefault((queue, task_type), TypeReport(queue, task_type))
+
+    for row in backlog_rows:
+        e = entry(row["queue"], row["task_type"])
+        e.backlog = {
+            k: int(row[k])
+            for k in ("runnable", "scheduled", "retry_waiting", "processing", "dead_letter")
+        }
+        e.oldest_runnable_seconds = row["oldest_runnable_seconds"]
+    for row in outcomes:
+        e = entry(row["queue"], row["task_type"])
+        e.outcomes[row["outcome"]] = e.outcomes.get(row["outcome"], 0) + int(row["n"])
+    for row in latencies:
+        e = entry(row["queue"], row["task_type"])
+        e.run_seconds = row["run_seconds"]
+        e.dispatch_seconds = row["dispatch_seconds"]
+    paused_types = {p["name"] for p in pauses if p["kind"] == "task_type"}
+    paused_queues = {p["name"] for p in pauses if p["kind"] == "queue"}
+    breaker_state = {b["task_type"]: b["state"] for b in breakers}
+    for e in types.values():
+        done = sum(n for k, n in e.outcomes.items() if k in ("success", "duplicate"))
+        e.per_minute = done / minutes
+        attempts = sum(e.outcomes.get(k, 0) for k in _ATTEMPTS)
+        if attempts:
+            e.success_rate = e.outcomes.get("success", 0) / attempts
+            e.failure_rate = sum(e.outcomes.get(k, 0) for k in _FAILURES) / attempts
+        e.dead_letter_growth = growth.get(e.task_type, 0)
+        e.paused = e.task_type in paused_types or e.queue in paused_queues
+        e.breaker = breaker_state.get(e.task_type, "CLOSED")
+    for row in retries:
+        for e in types.values():
+            if e.task_type == row["task_type"]:
+                e.retries[int(row["retry_count"])] = int(row["tasks"])
+    running: dict[str, int] = {}
+    for e in types.values():
+        running[e.queue] = running.get(e.queue, 0) + e.backlog.get("processing", 0)
+    capacity = {
+        r["queue"]: {
+            "slots": int(r["slots"]),
+            "workers": int(r["workers"]),
+            "running": running.get(r["queue"], 0),
+        }
+        for r in capacity_rows
+    }
+    for queue, n in running.items():
+        capacity.setdefault(queue, {"slots": 0, "workers": 0, "running": n})
+    return Report(
+        minutes=minutes,
+        types=[types[k] for k in sorted(types)],
+        capacity=capacity,
+        pauses=pauses,
+        breakers=breakers,
+        protection=protection,
+        health=health,
+    )
+
+
+# --- capacity planning (`taskq plan`) ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    task_type: str | None
+    tasks: int
+    within_seconds: float
+    mean_seconds: float
+    source: str
+    throughput_per_second: float
+    concurrency_exact: float
+    slots: int
+    processes: int
+    slots_per_process: int
+    warnings: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+SANE_SLOTS_PER_PROCESS = 256
+
+
+def plan(
+    *,
+    tasks: int,
+    within_seconds: float,
+    mean_seconds: float,
+    source: str,
+    task_type: str | None = None,
+    processes: int | None = None,
+    cpu_bound: bool = False,
+    cpus: int | None = None,
+) -> Plan:
+    """Little's law: concurrency = throughput x mean duration, rounded up to whole slots, and
+    a process x slot layout: I/O-bound work packs slots into one process (threads and
+    coroutines wait cheaply); CPU-bound work needs one process per core."""
+    if tasks <= 0 or within_seconds <= 0 or mean_seconds <= 0:
+        raise ValueError("tasks, the window and the mean duration must be positive")
+    throughput = tasks / within_seconds
+    exact = throughput * mean_seconds
+    slots = max(1, math.ceil(exact - 1e-9))
+    warnings: list[str] = []
+    cores = cpus or os.cpu_count() or 1
+    if processes is None:
+        if cpu_bound:
+            processes = min(slots, cores)
+        else:
+            processes = max(1, math.ceil(slots / SANE_SLOTS_PER_PROCESS))
+    per_process = math.ceil(slots / processes)
+    if cpu_bound and slots > cores:
+        warnings.append(
+            f"CPU-bound work needs {slots} cores at once; this machine has {cores}: "
+            f"the window cannot be met on one host"
+        )
+    if not cpu_bound and per_process > SANE_SLOTS_PER_PROCESS:
+        warnings.append(
+            f"{per_process} slots in one process is more than a sane pool "
+            f"({SANE_SLOTS_PER_PROCESS}); use --processes {math.ceil(slots / 64)} or more"
+        )
+    if exact < 0.05:
+        warnings.append("the load is tiny: one slot idles most of the time")
+    return Plan(
+        task_type=task_type,
+        tasks=tasks,
+        within_seconds=within_seconds,
+        mean_seconds=mean_seconds,
+        source=source,
+        throughput_per_second=throughput,
+        concurrency_exact=exact,
+        slots=slots,
+        processes=processes,
+        slots_per_process=per_process,
+        warnings=warnings,
+    )
+
+
+def measured_mean(dsn: str, *, task_type: str | None, history_seconds: float) -> tuple[float, str]:
+    """Mean run time of successful attempts over the history window."""
+    with session(dsn) as conn:
+        rows = store.mean_run_seconds(conn, window_seconds=history_seconds, task_type=task_type)
+    total = sum(int(r["n"]) for r in rows)
+    if not total:
+        what = f"{task_type!r}" if task_type else "any task type"
+        raise TaskqError(
+            f"no successful runs of {what} in the history window to measure; "
+            "pass --duration or --observed/--at-concurrency"
+        )
+    mean = sum(float(r["mean"]) * int(r["n"]) for r in rows) / total
+    return mean, f"measured: mean of {total} successful run(s)"
+
+
+def parse_duration(text: str) -> float:
+    """``"48h"``, ``"7d"``, ``"30m"``, ``"90s"`` -> seconds."""
+    from taskq.schedules import parse_every
+
+    try:
+        return parse_every(text)
+    except TaskqError:
+        raise ValueError(f"bad duration {text!r}: use e.g. 90s, 30m, 48h, 7d") from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg import sql
@@ -32,6 +32,22 @@ def _sync_cursor(target: SyncTarget) -> psycopg.Cursor[Row]:
 def _async_cursor(target: AsyncTarget) -> psycopg.AsyncCursor[Row]:
     conn = target.connection if isinstance(target, psycopg.AsyncCursor) else target
     return conn.cursor(row_factory=dict_row)
+
+
+def _all(
+    conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any] | None = None
+) -> list[Row]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query(name), params or {})
+        return cur.fetchall()
+
+
+async def _aall(
+    conn: psycopg.AsyncConnection[Any], name: str, params: Mapping[str, Any] | None = None
+) -> list[Row]:
+    async with _async_cursor(conn) as cur:
+        await cur.execute(query(name), params or {})
+        return await cur.fetchall()
 
 
 # --- enqueue (caller's connection and transaction) -------------------------------------------
@@ -100,6 +116,8 @@ async def claim_batch(
     handlers: Sequence[TaskOptions],
     limit: int,
     worker_id: str,
+    retries_only: bool = False,
+    probe: bool = False,
 ) -> list[ClaimedTask]:
     """Claim for the task types in ``handlers``; their settings fill rows that left
     max_retry_count / timeout_seconds NULL."""
@@ -113,6 +131,8 @@ async def claim_batch(
                 "timeouts": [h.timeout_seconds for h in handlers],
                 "limit": limit,
                 "worker_id": worker_id,
+                "retries_only": retries_only,
+                "probe": probe,
             },
         )
         rows = await cur.fetchall()
@@ -145,6 +165,8 @@ async def mark_failed(
     delay_seconds: float,
     jitter_seconds: float,
     after_seconds: float | None,
+    counts_for_breaker: bool = True,
+    breaker_threshold: int = 5,
 ) -> Finished | None:
     async with _async_cursor(conn) as cur:
         await cur.execute(
@@ -156,6 +178,8 @@ async def mark_failed(
                 "delay": delay_seconds,
                 "jitter": jitter_seconds,
                 "after": after_seconds,
+                "breaker": counts_for_breaker,
+                "threshold": breaker_threshold,
             },
         )
         return _finished(await cur.fetchone())
@@ -387,15 +411,22 @@ async def arecord_business_key(conn: psycopg.AsyncConnection[Any], task: Claimed
         return await cur.fetchone() is not None
 
 
-def mark_success(conn: psycopg.Connection[Any], task: ClaimedTask) -> bool:
+def _success(task: ClaimedTask, duplicate: bool) -> dict[str, Any]:
+    outcome = "duplicate" if duplicate else "success"
+    return {"id": task.id, "token": task.effective_id, "outcome": outcome}
+
+
+def mark_success(conn: psycopg.Connection[Any], task: ClaimedTask, *, duplicate: bool) -> bool:
     with _sync_cursor(conn) as cur:
-        cur.execute(query("mark_success"), {"id": task.id, "token": task.effective_id})
+        cur.execute(query("mark_success"), _success(task, duplicate))
         return cur.fetchone() is not None
 
 
-async def amark_success(conn: psycopg.AsyncConnection[Any], task: ClaimedTask) -> bool:
+async def amark_success(
+    conn: psycopg.AsyncConnection[Any], task: ClaimedTask, *, duplicate: bool
+) -> bool:
     async with _async_cursor(conn) as cur:
-        await cur.execute(query("mark_success"), {"id": task.id, "token": task.effective_id})
+        await cur.execute(query("mark_success"), _success(task, duplicate))
         return await cur.fetchone() is not None
 
 
@@ -496,4 +527,196 @@ def demo_points(conn: psycopg.Connection[Any]) -> int:
 def demo_pipeline(conn: psycopg.Connection[Any]) -> Row | None:
     with _sync_cursor(conn) as cur:
         cur.execute(query("demo_pipeline"))
+        return cur.fetchone()
+
+
+# --- control: pauses, breakers, protection, leadership -----------------------------------------
+
+
+async def control_state(conn: psycopg.AsyncConnection[Any]) -> Row:
+    return (await _aall(conn, "control_state"))[0]
+
+
+def pause(
+    conn: psycopg.Connection[Any], *, kind: str, name: str, actor: str, note: str | None
+) -> bool:
+    """True if it was not paused already."""
+    found = _all(conn, "pause", {"kind": kind, "name": name, "actor": actor, "note": note})
+    return bool(found)
+
+
+def resume(
+    conn: psycopg.Connection[Any], *, kind: str, name: str, actor: str, note: str | None
+) -> bool:
+    found = _all(conn, "resume", {"kind": kind, "name": name, "actor": actor, "note": note})
+    return bool(found)
+
+
+def list_pauses(conn: psycopg.Connection[Any]) -> list[Row]:
+    return _all(conn, "list_pauses")
+
+
+def list_breakers(conn: psycopg.Connection[Any]) -> list[Row]:
+    return _all(conn, "list_breakers")
+
+
+def breaker_reset(
+    conn: psycopg.Connection[Any], *, task_type: str | None, actor: str, note: str | None
+) -> list[str]:
+    found = _all(conn, "breaker_reset", {"task_type": task_type, "actor": actor, "note": note})
+    return [str(r["task_type"]) for r in found]
+
+
+async def breaker_half_open(
+    conn: psycopg.AsyncConnection[Any], cooldown_seconds: float
+) -> list[str]:
+    return [
+        str(r["task_type"])
+        for r in await _aall(conn, "breaker_half_open", {"cooldown": cooldown_seconds})
+    ]
+
+
+async def breaker_trip_by_rate(
+    conn: psycopg.AsyncConnection[Any], *, window_seconds: float, rate: float, min_volume: int
+) -> list[str]:
+    found = await _aall(
+        conn,
+        "breaker_trip_by_rate",
+        {"window": window_seconds, "rate": rate, "min_volume": min_volume},
+    )
+    return [str(r["task_type"]) for r in found]
+
+
+async def breaker_take_probe(
+    conn: psycopg.AsyncConnection[Any], *, task_type: str, worker_id: str, probe_timeout: float
+) -> bool:
+    found = await _aall(
+        conn,
+        "breaker_take_probe",
+        {"task_type": task_type, "worker_id": worker_id, "probe_timeout": probe_timeout},
+    )
+    return bool(found)
+
+
+async def breaker_give_back_probe(
+    conn: psycopg.AsyncConnection[Any], *, task_type: str, worker_id: str
+) -> None:
+    await conn.execute(
+        query("breaker_give_back_probe"), {"task_type": task_type, "worker_id": worker_id}
+    )
+
+
+def protection_get(conn: psycopg.Connection[Any]) -> Row:
+    return _all(conn, "protection_get")[0]
+
+
+def _protection(level: int, reason: str, actor: str, force: bool) -> dict[str, Any]:
+    return {"level": level, "reason": reason, "actor": actor, "force": force}
+
+
+def protection_set(
+    conn: psycopg.Connection[Any], *, level: int, reason: str, actor: str, force: bool
+) -> bool:
+    return bool(_all(conn, "protection_set", _protection(level, reason, actor, force)))
+
+
+async def aprotection_set(
+    conn: psycopg.AsyncConnection[Any], *, level: int, reason: str, actor: str, force: bool
+) -> bool:
+    return bool(await _aall(conn, "protection_set", _protection(level, reason, actor, force)))
+
+
+async def failing_types(conn: psycopg.AsyncConnection[Any]) -> list[Row]:
+    return await _aall(conn, "failing_types")
+
+
+async def leader_elect(
+    conn: psycopg.AsyncConnection[Any], *, name: str, worker_id: str, ttl_seconds: float
+) -> bool:
+    found = await _aall(
+        conn, "leader_elect", {"name": name, "worker_id": worker_id, "ttl": ttl_seconds}
+    )
+    return bool(found)
+
+
+async def leader_resign(conn: psycopg.AsyncConnection[Any], *, name: str, worker_id: str) -> None:
+    await conn.execute(query("leader_resign"), {"name": name, "worker_id": worker_id})
+
+
+# --- numbers for operators ---------------------------------------------------------------------
+
+
+def backlog(conn: psycopg.Connection[Any]) -> list[Row]:
+    return _all(conn, "backlog")
+
+
+async def abacklog(conn: psycopg.AsyncConnection[Any]) -> list[Row]:
+    return await _aall(conn, "backlog")
+
+
+def window_outcomes(conn: psycopg.Connection[Any], minutes: int) -> list[Row]:
+    return _all(conn, "window_outcomes", {"minutes": minutes})
+
+
+def window_latencies(conn: psycopg.Connection[Any], minutes: int) -> list[Row]:
+    return _all(conn, "window_latencies", {"minutes": minutes})
+
+
+def window_retries(conn: psycopg.Connection[Any], minutes: int) -> list[Row]:
+    return _all(conn, "window_retries", {"minutes": minutes})
+
+
+def dlq_growth(conn: psycopg.Connection[Any], minutes: int) -> list[Row]:
+    return _all(conn, "dlq_growth", {"minutes": minutes})
+
+
+def capacity(conn: psycopg.Connection[Any]) -> list[Row]:
+    return _all(conn, "capacity")
+
+
+def mean_run_seconds(
+    conn: psycopg.Connection[Any], *, window_seconds: float, task_type: str | None
+) -> list[Row]:
+    return _all(conn, "mean_run_seconds", {"seconds": window_seconds, "task_type": task_type})
+
+
+def db_health(conn: psycopg.Connection[Any]) -> Row | None:
+    found = _all(conn, "db_health")
+    return found[0] if found else None
+
+
+async def adb_health(conn: psycopg.AsyncConnection[Any]) -> Row | None:
+    found = await _aall(conn, "db_health")
+    return found[0] if found else None
+
+
+# --- retention ---------------------------------------------------------------------------------
+
+
+def prune_batch(
+    conn: psycopg.Connection[Any], *, dead_letters: bool, older_than_seconds: float, batch: int
+) -> int:
+    name = "prune_dead_letter_batch" if dead_letters else "prune_success_batch"
+    return len(_all(conn, name, {"older_than": older_than_seconds, "batch": batch}))
+
+
+def prune_stats(conn: psycopg.Connection[Any], *, older_than_seconds: float) -> None:
+    conn.execute(query("prune_stats"), {"older_than": older_than_seconds})
+
+
+# --- deployment: roles and health ---------------------------------------------------------------
+
+
+def run_script(conn: psycopg.Connection[Any], script: LiteralString) -> None:
+    """Run a multi-statement script of our own (``sql/roles.sql``) in one transaction."""
+    with conn.transaction():
+        conn.execute(script)
+
+
+def worker_health(
+    conn: psycopg.Connection[Any], *, worker_id: str | None, host: str | None, pid: int | None
+) -> Row | None:
+    """The freshest worker row matching the given filters (None: unfiltered)."""
+    with _sync_cursor(conn) as cur:
+        cur.execute(query("worker_health"), {"id": worker_id, "host": host, "pid": pid})
         return cur.fetchone()

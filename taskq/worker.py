@@ -22,17 +22,22 @@ from typing import Any
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from taskq import systemd
+from taskq import prune, systemd
 from taskq.app import App
+from taskq.backoff import jittered
 from taskq.claimer import Claimer
 from taskq.completer import Completer
-from taskq.db import application_name, unavailable
+from taskq.control import CONTROL_CHANNEL, ControlWatcher
+from taskq.db import ConnectionError_, application_name, pooler_kwargs, unavailable
 from taskq.errors import ConfigError
 from taskq.executor import Executor
 from taskq.heartbeat import Heartbeat
+from taskq.leader import Elector
 from taskq.memory import MemoryGuard
+from taskq.metrics import GaugeRefresher, Metrics
 from taskq.model import check_name
-from taskq.notifier import Notifier
+from taskq.notifier import TASKS_CHANNEL, Notifier, parse_tasks_payload
+from taskq.protection import ProtectionEvaluator, ProtectionSettings
 from taskq.reaper import Reaper
 from taskq.runtime import WorkerRuntime
 from taskq.scheduler import Scheduler
@@ -40,6 +45,7 @@ from taskq.scheduler import Scheduler
 log = structlog.get_logger("taskq.worker")
 
 DEFAULT_CONCURRENCY = 10
+PRUNE_INTERVAL_SECONDS = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,24 @@ class WorkerSettings:
     timeout_grace_seconds: float = 10.0
     """The reaper rescues an attempt this long after its timeout (the owner enforces it first)."""
     max_memory_bytes: int | None = None
+    pgbouncer: bool = False
+    """Connections go through PgBouncer in transaction mode: never prepare statements
+    server-side (``db.pooler_kwargs`` says why). LISTEN then needs ``listen_dsn`` or no LISTEN."""
+    listen: bool = True
+    """LISTEN for wake-ups. Without it the worker only polls: a new task can wait up to
+    ``poll_interval_seconds`` (plus jitter) before it is claimed."""
+    listen_dsn: str | None = None
+    """Where to LISTEN: a direct connection to PostgreSQL, because LISTEN is session state that a
+    transaction pooler cannot keep. None: the worker's own DSN."""
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    prune_after_seconds: float | None = None
+    """Delete SUCCESS rows older than this (leader only, every 10 minutes); None keeps all."""
+    protection: ProtectionSettings = field(default_factory=ProtectionSettings)
+    control_interval_seconds: float = 1.0
+    gauge_interval_seconds: float = 10.0
+    log_payloads: bool = False
+    """Payloads are never logged unless this is set (they may hold personal data)."""
 
     @property
     def lease_seconds(self) -> float:
@@ -94,6 +118,18 @@ def parse_queues(spec: str) -> dict[str, int]:
     return queues
 
 
+def check_listen(settings: WorkerSettings) -> None:
+    """Refuse a LISTEN that would silently hear nothing: through PgBouncer's transaction pooling
+    the LISTEN lands on a server session that the next transaction hands to someone else."""
+    if not settings.listen and settings.listen_dsn:
+        raise ConfigError("--listen-dsn and --no-listen contradict each other")
+    if settings.pgbouncer and settings.listen and not settings.listen_dsn:
+        raise ConfigError(
+            "--pgbouncer: LISTEN cannot go through a transaction pooler; pass --listen-dsn with a "
+            "direct connection to PostgreSQL, or --no-listen to poll only"
+        )
+
+
 def new_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -112,6 +148,7 @@ class Worker:
         self.app = app
         self.dsn = dsn or app.dsn
         self.settings = settings or WorkerSettings()
+        check_listen(self.settings)
         self.queues = dict(self.settings.queues) or {
             t.options.queue: DEFAULT_CONCURRENCY for t in app.tasks.values()
         }
@@ -125,6 +162,10 @@ class Worker:
         self.heartbeat: Heartbeat | None = None
         self.notifier: Notifier | None = None
         self.scheduler: Scheduler | None = None
+        self.metrics = Metrics()
+        self.control: ControlWatcher | None = None
+        self.elector: Elector | None = None
+        self.protection: ProtectionEvaluator | None = None
         self._loop_tick = time.monotonic()
 
     def request_stop(self, *, force: bool = False) -> None:
@@ -152,6 +193,20 @@ class Worker:
             self._loop_tick = time.monotonic()
             await asyncio.sleep(period)
 
+    async def _prune(self) -> None:
+        if self.settings.prune_after_seconds is None:
+            return
+        await asyncio.to_thread(
+            prune.prune,
+            self.dsn,
+            older_than_seconds=self.settings.prune_after_seconds,
+            max_batches=200,  # at most 1M rows a pass; the next pass continues
+            connect_kwargs=pooler_kwargs(pgbouncer=self.settings.pgbouncer),
+        )
+
+    def _wake_all(self) -> None:
+        self._wake(None)
+
     def _wake(self, queues: list[str] | None) -> None:
         if queues is None:
             for claimer in self.claimers.values():
@@ -167,11 +222,18 @@ class Worker:
         # transaction open for the handler's run).
         pool_size = len(self.queues) + 2
         holds = any(t.options.idempotent and t.is_async for t in self.app.tasks.values())
+        # Every connection to the main DSN (pool, heartbeat, scheduler, handlers) may go through
+        # PgBouncer; only the notifier's LISTEN needs a session of its own (listen_dsn).
+        conn_kwargs = pooler_kwargs(pgbouncer=self.settings.pgbouncer)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self.dsn,
             min_size=pool_size,
             max_size=pool_size + 4 + (sum(self.queues.values()) if holds else 0),
-            kwargs={"autocommit": True, "application_name": application_name("worker")},
+            kwargs={
+                "autocommit": True,
+                "application_name": application_name("worker"),
+                **conn_kwargs,
+            },
             open=False,
             name="taskq-worker",
         )
@@ -191,6 +253,7 @@ class Worker:
             held=self._held,
             on_lost=lambda ids: _call_soon(loop, self._lease_lost, ids),
             loop_silence=self._loop_silence,
+            connect_kwargs=conn_kwargs,
         )
         try:
             await asyncio.to_thread(self.heartbeat.register)
@@ -204,14 +267,37 @@ class Worker:
             q: ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"taskq-{q}")
             for q, slots in self.queues.items()
         }
-        completer = Completer(pool, self.app.options_for, worker_id=self.worker_id, wake=self._wake)
-        runtime = WorkerRuntime(
-            self.app, pool, dsn=self.dsn, sync_max_size=sum(self.queues.values()) + 2
+        completer = Completer(
+            pool,
+            self.app.options_for,
+            worker_id=self.worker_id,
+            wake=self._wake,
+            metrics=self.metrics,
+            breaker_threshold=settings.protection.breaker_threshold,
+            log_payloads=settings.log_payloads,
         )
-        self.scheduler = Scheduler(self.app, self.dsn)
+        control = self.control = ControlWatcher(
+            pool, interval_seconds=settings.control_interval_seconds, on_change=self._wake_all
+        )
+        elector = self.elector = Elector(pool, worker_id=self.worker_id)
+        self.protection = ProtectionEvaluator(pool, settings.protection, worker_id=self.worker_id)
+        gauges = GaugeRefresher(
+            pool, self.metrics, elector, control, interval_seconds=settings.gauge_interval_seconds
+        )
+        for queue, slots in self.queues.items():
+            self.metrics.capacity.labels(queue).set(slots)
+        runtime = WorkerRuntime(
+            self.app,
+            pool,
+            dsn=self.dsn,
+            sync_max_size=sum(self.queues.values()) + 2,
+            connect_kwargs=conn_kwargs,
+        )
+        self.scheduler = Scheduler(self.app, self.dsn, connect_kwargs=conn_kwargs)
         for queue, slots in self.queues.items():
             executor = Executor(
                 runtime,
+                log_payloads=settings.log_payloads,
                 worker_id=self.worker_id,
                 threads=thread_pools[queue],
                 progress_interval_seconds=self.settings.progress_interval_seconds,
@@ -226,14 +312,33 @@ class Worker:
                 worker_id=self.worker_id,
                 poll_interval_seconds=self.settings.poll_interval_seconds,
                 memory_ok=memory_ok,
+                control=control,
+                metrics=self.metrics,
+                probe_timeout_seconds=settings.protection.probe_timeout_seconds,
             )
-        notifier = self.notifier = Notifier(self.dsn, self._wake)
+        notifier = self.notifier = (
+            Notifier(
+                settings.listen_dsn or self.dsn,
+                {
+                    TASKS_CHANNEL: lambda payload: self._wake(
+                        None if payload is None else parse_tasks_payload(payload)
+                    ),
+                    CONTROL_CHANNEL: lambda _payload: control.poke(),
+                },
+            )
+            if settings.listen
+            else None
+        )
         self.reaper = Reaper(
             pool,
             interval_seconds=settings.reaper_interval_seconds,
             grace_seconds=settings.timeout_grace_seconds,
             orphan_after_seconds=settings.lease_seconds,
+            metrics=self.metrics,
         )
+        if settings.metrics_port is not None:
+            self.metrics.serve(settings.metrics_host, settings.metrics_port)
+            log.info("metrics_serving", host=settings.metrics_host, port=settings.metrics_port)
         log.info(
             "worker_starting",
             worker_id=self.worker_id,
@@ -241,19 +346,41 @@ class Worker:
             task_types=task_types,
         )
         try:
+            await control.refresh()  # obey pauses and the protection level from the first claim
+        except Exception:  # the watcher retries; start with the defaults meanwhile
+            log.warning("control_unavailable_at_start")
+        try:
             async with asyncio.TaskGroup() as group:
                 background = [
-                    group.create_task(notifier.run(), name="taskq-notifier"),
+                    group.create_task(control.run(), name="taskq-control"),
+                    group.create_task(elector.run(), name="taskq-elector"),
+                    group.create_task(gauges.run(), name="taskq-gauges"),
+                    group.create_task(
+                        _while_leader(
+                            elector,
+                            self.protection.run_once,
+                            settings.protection.evaluate_interval_seconds,
+                            "protection",
+                        ),
+                        name="taskq-protection",
+                    ),
+                    group.create_task(
+                        _while_leader(elector, self._prune, PRUNE_INTERVAL_SECONDS, "prune"),
+                        name="taskq-prune",
+                    ),
                     group.create_task(completer.run(), name="taskq-completer"),
                     group.create_task(self.reaper.run(), name="taskq-reaper"),
                     group.create_task(self._tick(), name="taskq-tick"),
                     group.create_task(self.scheduler.run(), name="taskq-scheduler"),
                 ]
+                if notifier is not None:
+                    background.append(group.create_task(notifier.run(), name="taskq-notifier"))
                 claiming = [
                     group.create_task(c.run(), name=f"taskq-claimer-{c.queue}")
                     for c in self.claimers.values()
                 ]
-                await _first(notifier.connected.wait(), self._stop.wait())
+                if notifier is not None:  # ready once wake-ups can arrive; polling needs nothing
+                    await _first(notifier.connected.wait(), self._stop.wait())
                 if not self._stop.is_set():
                     self.ready.set()
                     systemd.notify("READY=1")
@@ -263,6 +390,7 @@ class Worker:
                 await self._shutdown(claiming, completer)
                 for task in background:
                     task.cancel()
+                await elector.resign()
         finally:
             clean = not any(c.in_flight for c in self.claimers.values()) and not completer.pending
             await asyncio.to_thread(self.heartbeat.stop, unregister=clean)
@@ -312,6 +440,19 @@ async def _first(*aws: Any) -> None:
         for task in tasks:
             if not task.done():
                 task.cancel()
+
+
+async def _while_leader(elector: Elector, job: Any, interval: float, name: str) -> None:
+    """Run ``job()`` every ``interval`` seconds while this worker is the leader."""
+    while True:
+        await elector.elected.wait()
+        try:
+            await job()
+        except ConnectionError_:
+            pass  # the outage is reported by the claimers
+        except Exception:  # loop boundary
+            log.exception("leader_job_failed", job=name)
+        await asyncio.sleep(jittered(interval, 0.1))
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:

@@ -308,9 +308,12 @@ def test_crowd_of_workers_killed_at_random_loses_nothing(dsn: str, tmp_path: Pat
     """8 processes x 8 slots on 20,000 tasks; workers are SIGKILLed at random and restarted.
     Every task ends SUCCESS, and a task runs more than once only if a killed worker ran it."""
     total = 20_000
-    enqueue_sql(dsn, "fault.record", n=total)
     extra = ("--queues", "default=8", "--log-level", "warning")
-    workers = [start(dsn, tmp_path, *extra) for _ in range(8)]
+    workers = [spawn(dsn, tmp_path, *extra) for _ in range(8)]
+    for w in workers:
+        w.wait_ready()
+    # 20 ms of "work" each: 64 slots need at least ~6 s, so the kills land mid-drain.
+    enqueue_sql(dsn, "fault.record", {"sleep": 0.02}, n=total)
     killed: set[int] = set()
     rng = random.Random(1234)
     kill_at = [int(total * f) for f in (0.15, 0.4, 0.65)]  # a random worker at each point

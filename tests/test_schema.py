@@ -193,16 +193,27 @@ def test_claim_is_an_index_scan_that_ignores_history(conn: psycopg.Connection[An
             "timeouts": [60],
             "limit": 10,
             "worker_id": "w",
+            "retries_only": False,
+            "probe": False,
         },
     ).fetchone()
     assert plan_rows is not None
     plan = plan_rows[0][0]["Plan"]
     text = json.dumps(plan)
     assert "tasks_runnable_idx" in text
-    assert '"Seq Scan"' not in text
+    assert not _seq_scans(plan, "tasks"), "the claim never scans taskq.tasks sequentially"
     index_scans = _find(plan, "Index Scan", "tasks_runnable_idx")
     # The scan stops after the LIMIT: it never reads the 50,000 finished rows.
     assert index_scans and all(n["Actual Rows"] <= 10 for n in index_scans)
+
+
+def _seq_scans(node: dict[str, Any], relation: str) -> list[dict[str, Any]]:
+    found = []
+    if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") == relation:
+        found.append(node)
+    for child in node.get("Plans", []):
+        found.extend(_seq_scans(child, relation))
+    return found
 
 
 def _find(node: dict[str, Any], kind: str, index: str) -> list[dict[str, Any]]:

@@ -19,10 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_every_query_is_used_and_every_used_query_exists() -> None:
-    code = "\n".join(p.read_text() for p in (ROOT / "taskq").glob("*.py"))
-    used = set(re.findall(r'query\("([a-z0-9_]+)"\)', code))
+    store = (ROOT / "taskq" / "store.py").read_text()
+    used = set(re.findall(r'(?:query\(|_a?all\(conn, )"([a-z0-9_]+)"', store))
+    used |= set(re.findall(r'"([a-z0-9_]+_batch)"', store))
     assert used <= sqlfiles.query_names(), used - sqlfiles.query_names()
-    assert sqlfiles.query_names() <= used, sqlfiles.query_names() - used
+    unused = {name for name in sqlfiles.query_names() if f'"{name}"' not in store}
+    assert not unused, f"queries nobody runs: {sorted(unused)}"
 
 
 def test_only_store_executes_named_sql() -> None:
@@ -109,3 +111,17 @@ def test_shipped_systemd_unit_is_consistent() -> None:
     assert "WatchdogSec" in settings
     drain = float(re.search(r"--shutdown-timeout (\d+)", unit).group(1))  # type: ignore[union-attr]
     assert float(settings["TimeoutStopSec"]) > drain
+
+
+def test_alert_rules_use_metrics_that_exist() -> None:
+    from taskq.metrics import Metrics
+
+    registry = Metrics().registry
+    names = set()
+    for family in registry.collect():
+        names.add(family.name)
+        names.update(sample.name for sample in family.samples)
+    names |= {n + "_total" for n in names}
+    rules = (ROOT / "examples" / "prometheus" / "alerts.yml").read_text()
+    used = set(re.findall(r"\b(taskq_[a-z_]+)\b", rules))
+    assert used and used <= names, used - names

@@ -9,12 +9,19 @@
 -- Index: tasks_runnable_idx (queue, priority DESC, runnable_at, id) WHERE status IN (PENDING,
 -- FAILED): finished rows are not in it, so the scan cost does not grow with history.
 WITH picked AS MATERIALIZED (
-    SELECT c.id
+    SELECT c.id, c.runnable_at
     FROM taskq.tasks AS c
     WHERE status IN ('PENDING', 'FAILED')
       AND queue = %(queue)s
       AND runnable_at <= now()
       AND task_type = ANY(%(task_types)s::text[])
+      -- Protection level L3 (CIRCUIT_OPEN): only retries are claimed, new work waits.
+      AND (NOT %(retries_only)s OR status = 'FAILED')
+      -- A tripped breaker stops claims at once, everywhere: the workers' cached control state
+      -- (refreshed by NOTIFY) lags by a round trip. A HALF_OPEN probe (%(probe)s) passes.
+      AND (%(probe)s OR NOT EXISTS (
+              SELECT 1 FROM taskq.breakers AS b
+              WHERE b.task_type = c.task_type AND b.state <> 'CLOSED'))
       -- Per-key ordering: a keyed task is claimable only at the head of its key, i.e. when no
       -- earlier task with the same key is still live (a failing head blocks its key until it
       -- succeeds or is dead-lettered). Waiting tasks are not claimed, so they hold no slot.
@@ -43,4 +50,5 @@ WHERE t.id = picked.id
   AND handler.task_type = t.task_type
 RETURNING t.id, t.task_type, t.queue, t.biz_id, t.payload, t.priority, t.retry_count,
           t.max_retry_count, t.timeout_seconds, t.effective_id, t.trace_id, t.created_at,
-          t.scheduled_at, t.started_at, t.context, t.parent_id, t.ordering_key;
+          t.scheduled_at, t.started_at, t.context, t.parent_id, t.ordering_key,
+          picked.runnable_at AS ready_at;

@@ -45,6 +45,12 @@ WITH victims AS (
     FROM victims
     WHERE t.id = victims.id AND t.status = 'PROCESSING'
     RETURNING t.id, t.task_type, t.queue, t.status, t.retry_count, t.worker_id, t.last_error
+), counted AS (
+    INSERT INTO taskq.task_stats AS s (bucket, queue, task_type, outcome, n)
+    SELECT date_trunc('minute', now()), queue, task_type,
+           CASE WHEN status = 'DEAD_LETTER' THEN 'dead_lettered' ELSE 'rescued' END, count(*)
+    FROM rescued GROUP BY 1, 2, 3, 4
+    ON CONFLICT (bucket, queue, task_type, outcome) DO UPDATE SET n = s.n + EXCLUDED.n
 ), woken AS (
     SELECT pg_notify('taskq_tasks', json_agg(DISTINCT queue)::text)
     FROM rescued WHERE status = 'FAILED' HAVING count(*) > 0

@@ -1,0 +1,5 @@
+"""``python -m taskq``: the same as the ``taskq`` command."""
+
+from taskq.cli import main
+
+main()
