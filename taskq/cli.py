@@ -7,6 +7,7 @@ database is unavailable. Errors are one line on stderr, never a traceback.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -200,6 +201,14 @@ def migrate(dsn: str | None, as_sql: bool, revision: str, with_roles: bool) -> N
 )
 @click.option("--log-payloads", is_flag=True, help="Include payloads in task log events.")
 @click.option(
+    "--processes",
+    default="1",
+    show_default=True,
+    envvar="TASKQ_PROCESSES",
+    help="Run N worker processes under a supervisor that restarts the ones that die ('auto': "
+    "one per CPU). Each gets the --queues slots; with --metrics-port P, process i serves P+i.",
+)
+@click.option(
     "--pgbouncer",
     is_flag=True,
     envvar="TASKQ_PGBOUNCER",
@@ -247,6 +256,7 @@ def worker(
     breaker_threshold: int,
     breaker_cooldown: float,
     log_payloads: bool,
+    processes: str,
     pgbouncer: bool,
     listen_dsn: str | None,
     no_listen: bool,
@@ -282,13 +292,37 @@ def worker(
         listen=not no_listen,
         listen_dsn=listen_dsn,
     )
-    w = Worker(app, dsn=resolve_dsn(dsn or app._dsn), settings=settings)
+    count = _process_count(processes)
+    target = resolve_dsn(dsn or app._dsn)
+    if count > 1:
+        from taskq.supervisor import Supervisor, child_argv
+
+        argv = child_argv(sys.argv[1:])
+        if not dsn:
+            argv += ["--dsn", target]  # resolved once: the children share one database
+        sys.exit(Supervisor(argv, count, drain_seconds=shutdown_timeout).run())
+    index = int(os.environ.get("TASKQ_WORKER_INDEX", "0"))
+    if settings.metrics_port and index:
+        settings = dataclasses.replace(settings, metrics_port=settings.metrics_port + index)
+    w = Worker(app, dsn=target, settings=settings)
     asyncio.run(_serve(w))
     if w.threads_busy():
         # A sync handler is still running in a thread we cannot kill; its attempt was given
         # back already. Do not let the interpreter wait for it at exit.
         sys.stderr.flush()
         os._exit(0)
+
+
+def _process_count(text: str) -> int:
+    if text == "auto":
+        return os.cpu_count() or 1
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"--processes must be a number or 'auto', got {text!r}") from None
+    if value < 1:
+        raise ConfigError("--processes must be >= 1")
+    return value
 
 
 def _duration(option: str, text: str | None) -> float | None:
