@@ -1,0 +1,1 @@
+"""taskq's benchmark suite: ``python bench/run.py`` (see bench/README.md)."""

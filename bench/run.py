@@ -1,0 +1,421 @@
+"""taskq's benchmark suite: one command, a table, and JSON.
+
+    python bench/run.py [--dsn DSN] [--quick] [--only SCENARIO ...] [--peer] [--pgbench]
+                        [--py-spy PATH] [--repeat N] [--snapshot REV]
+                        [--json-out bench/results/latest.json]
+
+It creates its own databases (``taskq_bench_<run>_*``) on the server ``--dsn`` points at
+(default ``$TASKQ_BENCH_DSN``, else ``postgresql://root@127.0.0.1:5432/test``) and drops them at
+the end; every worker process it starts is killed, group and all, even on error. Numbers are
+printed, never asserted. See bench/README.md for what each scenario measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `python bench/run.py`: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+import taskq
+from bench import ceiling, peer_pgqueuer, pgbench_ref, scenarios
+from bench.harness import (
+    DEFAULT_DSN,
+    REPO,
+    Databases,
+    Measurement,
+    Processes,
+    Skipped,
+    server_info,
+    worker_supports_processes,
+)
+from bench.scenarios import Context
+
+RESULTS = REPO / "bench" / "results"
+REVISION_ENV = "TASKQ_BENCH_REVISION"
+CORE = ["enqueue-single", "enqueue-bulk", "drain", "latency", "table-growth", "memory", "ceiling"]
+OPT_IN = ["pgbench", "peer", "profile"]
+
+Scenario = Callable[[Context], list[Measurement]]
+
+
+def run_ceiling(ctx: Context) -> list[Measurement]:
+    tasks = 5_000 if ctx.quick else 20_000
+    batches = {1, 32, 100}
+    # Plus the claim batch the workers were seen to use, unless one of those is close enough.
+    for seen in ctx.shared.get("claim_batches", {}).values():
+        if seen >= 1 and all(abs(seen - b) > 0.1 * b for b in batches):
+            batches.add(round(seen))
+    with Processes(ctx.log_dir) as procs:
+        return ceiling.ceiling_measurements(
+            ctx.dsn, procs, tasks=tasks, batches=sorted(batches), say=ctx.say
+        )
+
+
+def build_scenarios(args: argparse.Namespace, dbs: Databases) -> dict[str, Scenario]:
+    def pgbench(ctx: Context) -> list[Measurement]:
+        return pgbench_ref.run_pgbench(ctx.dsn, ctx.log_dir, quick=ctx.quick, say=ctx.say)
+
+    def peer(ctx: Context) -> list[Measurement]:
+        return peer_pgqueuer.run_peer(dbs.create, ctx.log_dir, quick=ctx.quick, say=ctx.say)
+
+    def profile(ctx: Context) -> list[Measurement]:
+        from bench.profile import profile_drain
+
+        if not args.py_spy:
+            raise Skipped("pass --py-spy PATH (py-spy installed in a venv outside the repo)")
+        return profile_drain(ctx, args.py_spy, args.json_out.parent)
+
+    return {
+        "enqueue-single": scenarios.enqueue_single,
+        "enqueue-bulk": scenarios.enqueue_bulk,
+        "drain": scenarios.drain_matrix,
+        "latency": scenarios.latency,
+        "table-growth": scenarios.table_growth,
+        "memory": scenarios.memory,
+        "ceiling": run_ceiling,
+        "pgbench": pgbench,
+        "peer": peer,
+        "profile": profile,
+    }
+
+
+def selected(args: argparse.Namespace) -> list[str]:
+    if args.only:
+        return [name for name in CORE + OPT_IN if name in args.only]
+    chosen = list(CORE)
+    if args.pgbench:
+        chosen.append("pgbench")
+    if args.peer:
+        chosen.append("peer")
+    if args.py_spy:
+        chosen.append("profile")
+    return chosen
+
+
+# --- derived ratios -----------------------------------------------------------------------------
+
+
+def ceiling_ratios(results: list[Measurement]) -> list[Measurement]:
+    """Each drain's steady rate as a share of the ceiling measured in this run with the same
+    number of processes and the batch size closest to the worker's observed claim batch."""
+    ceilings = [m for m in results if m.scenario == "ceiling" and m.value]
+    out: list[Measurement] = []
+    for m in results:
+        if m.scenario != "drain" or not m.value:
+            continue
+        procs = m.details["processes"]
+        batch = m.details.get("avg_claim_batch") or m.details["slots"]
+        same = [c for c in ceilings if c.details["clients"] == procs]
+        if not same:
+            continue
+        best = min(same, key=lambda c: abs(c.details["batch"] - batch))
+        assert best.value is not None
+        out.append(
+            Measurement(
+                "% of ceiling",
+                f"drain {m.case} / ceiling {procs} client x batch {best.details['batch']}",
+                round(100 * m.value / best.value, 1),
+                "%",
+                {"drain_tasks_per_s": m.value, "ceiling_tasks_per_s": best.value},
+                f"{m.value:,.0f} / {best.value:,.0f} tasks/s",
+            )
+        )
+    return out
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit in ("tasks/s",):
+        return f"{value:,.0f}"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "%":
+        return f"{value:.1f}%"
+    return f"{value:,.2f}"
+
+
+def render(console: Console, results: list[Measurement], meta: dict[str, Any]) -> None:
+    server = meta["server"]
+    title = (
+        f"taskq {meta['taskq_version']} ({meta['git']}) - PostgreSQL {server['server_version']}, "
+        f"{meta['cpus']} CPUs, synchronous_commit={server['synchronous_commit']}, "
+        f"autovacuum={server['autovacuum']}, load avg at start "
+        f"{meta['loadavg_at_start'][0]:.2f}{' - QUICK' if meta['quick'] else ''}"
+    )
+    table = Table(title=title, title_justify="left", show_lines=False)
+    table.add_column("scenario", style="bold")
+    table.add_column("case")
+    table.add_column("value", justify="right")
+    table.add_column("unit")
+    table.add_column("details")
+    previous = None
+    for m in results:
+        if previous is not None and m.scenario != previous:
+            table.add_section()
+        previous = m.scenario
+        style = "red" if m.value is None and m.note.startswith("FAILED") else None
+        table.add_row(m.scenario, m.case, fmt(m.value, m.unit), m.unit, m.note, style=style)
+    console.print(table)
+    for m in results:
+        if m.scenario == "profile" and "top_self_pct" in m.details:
+            render_profile(console, m.details)
+
+
+def render_profile(console: Console, d: dict[str, Any]) -> None:
+    tables = (
+        ("self_by_package_pct", "on-CPU samples by package (leaf frame)"),
+        ("top_self_pct", "top functions, self (leaf frame)"),
+        ("taskq_inclusive_pct", "taskq functions, inclusive (anywhere on the stack)"),
+    )
+    for key, label in tables:
+        prof = Table(
+            title=f"py-spy, one drain worker: {label}; {d['samples']:,} samples, "
+            f"{d['waiting_in_epoll_pct']}% of them parked in epoll (not shown)",
+            title_justify="left",
+        )
+        prof.add_column("% of samples", justify="right")
+        prof.add_column("function (file)" if key != "self_by_package_pct" else "package")
+        for name, pct in d[key]:
+            prof.add_row(f"{pct:.1f}", name)
+        console.print(prof)
+
+
+def git_describe() -> str:
+    if os.environ.get(REVISION_ENV):
+        return os.environ[REVISION_ENV]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "taskq", "sql"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return f"{head}{'+dirty' if dirty else ''}" if head else "unknown"
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python bench/run.py",
+        description="Benchmark taskq against a real PostgreSQL (its own throwaway databases).",
+    )
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("TASKQ_BENCH_DSN", DEFAULT_DSN),
+        help="server to use (any database on it; the benchmark creates and drops its own). "
+        "Default: $TASKQ_BENCH_DSN, else %(default)s",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes: every core scenario in about a minute"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=CORE + OPT_IN,
+        metavar="SCENARIO",
+        help=f"run only these: {', '.join(CORE + OPT_IN)}",
+    )
+    parser.add_argument(
+        "--peer",
+        action="store_true",
+        help=f"also run PgQueuer (installs it in {peer_pgqueuer.PEER_VENV})",
+    )
+    parser.add_argument("--pgbench", action="store_true", help="also run the pgbench reference")
+    parser.add_argument(
+        "--py-spy", metavar="PATH", help="also profile one drain worker with this py-spy binary"
+    )
+    parser.add_argument(
+        "--json-out", type=Path, default=RESULTS / "latest.json", help="default: %(default)s"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each drain (drain, table-growth) N times and report the median (default 1)",
+    )
+    parser.add_argument(
+        "--snapshot",
+        metavar="REV",
+        help="benchmark the committed revision REV (e.g. HEAD) from a temporary copy, so edits "
+        "to the working tree during the run change nothing; this bench/ harness is used",
+    )
+    parser.add_argument("--keep-db", action="store_true", help="do not drop the databases")
+    return parser.parse_args(argv)
+
+
+def run_snapshot(args: argparse.Namespace, argv: list[str]) -> int:
+    """Extract ``git archive REV`` into a temporary folder, lay this harness (bench/) over it,
+    and run the benchmark from there with that copy first on PYTHONPATH: the workers, the SQL
+    and the migrations are all the snapshot's, whatever happens to the working tree meanwhile."""
+    rev = args.snapshot
+    found = subprocess.run(
+        ["git", "rev-parse", "--short", f"{rev}^{{commit}}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    if found.returncode != 0:
+        print(f"--snapshot: no commit {rev!r}: {found.stderr.strip()}", file=sys.stderr)
+        return 2
+    commit = found.stdout.strip()
+    snap = Path(tempfile.mkdtemp(prefix=f"taskq-bench-{commit}-"))
+    try:
+        archive = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True)
+        archive.check_returncode()
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(snap, filter="data")
+        (snap / "bench").mkdir(exist_ok=True)
+        for path in (REPO / "bench").iterdir():
+            if path.is_file() and path.suffix in (".py", ".md"):
+                shutil.copy2(path, snap / "bench" / path.name)
+        child = [a for a in argv if not a.startswith("--snapshot")]
+        if args.snapshot in child:
+            child.remove(args.snapshot)
+        child += ["--json-out", str(args.json_out.resolve())]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(snap), os.environ.get("PYTHONPATH")])),
+            REVISION_ENV: f"{commit} snapshot",
+        }
+        print(f"benchmarking {commit} from {snap}", flush=True)
+        proc = subprocess.Popen([sys.executable, str(snap / "bench" / "run.py"), *child], env=env)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the child too: let it clean up
+            return proc.wait()
+        except SystemExit:  # our SIGTERM: pass it on, then wait for its cleanup
+            proc.terminate()
+            proc.wait()
+            raise
+    finally:
+        shutil.rmtree(snap, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C: every `finally` runs, so workers die and databases go.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.snapshot:
+        return run_snapshot(args, argv)
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    args.json_out.parent.mkdir(parents=True, exist_ok=True)
+    log_dir = Path(tempfile.mkdtemp(prefix="taskq-bench-"))
+    dbs = Databases(args.dsn)
+    results: list[Measurement] = []
+    failures = 0
+    started = time.monotonic()
+    try:
+        server = server_info(args.dsn)
+    except psycopg.Error as exc:
+        console.print(f"[red]cannot reach PostgreSQL at {args.dsn}: {exc}[/red]")
+        return 3
+    meta: dict[str, Any] = {
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "repeat": args.repeat,
+        "taskq_version": taskq.__version__,
+        "taskq_path": str(Path(taskq.__file__).resolve().parent),
+        "git": git_describe(),
+        "python": platform.python_version(),
+        "psycopg": psycopg.__version__,
+        "cpus": os.cpu_count(),
+        "server": server,
+        "worker_has_processes_flag": worker_supports_processes(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+    if meta["loadavg_at_start"][0] > 0.5:
+        console.print(
+            f"[yellow]load average {meta['loadavg_at_start'][0]:.2f}: something else is "
+            "using the CPUs; the numbers will be noisy[/yellow]"
+        )
+    names = selected(args)
+    try:
+        dsn = dbs.create("taskq")
+        from taskq.migrate import upgrade
+
+        upgrade(dsn)
+        ctx = Context(
+            dsn=dsn,
+            quick=args.quick,
+            log_dir=log_dir,
+            console=console,
+            processes_flag=meta["worker_has_processes_flag"],
+            repeat=max(1, args.repeat),
+        )
+        table = build_scenarios(args, dbs)
+        for name in names:
+            console.rule(name)
+            t0 = time.monotonic()
+            try:
+                found = table[name](ctx)
+            except Skipped as why:
+                console.log(f"[yellow]{name} skipped: {why}[/yellow]")
+                found = [Measurement(name, "skipped", None, "", {"reason": str(why)}, str(why))]
+            except Exception as exc:  # report, keep going with the other scenarios
+                failures += 1
+                console.log(f"[red]{name} failed[/red]\n{traceback.format_exc()}")
+                found = [
+                    Measurement(name, "error", None, "", {"error": repr(exc)}, f"FAILED: {exc}")
+                ]
+            for m in found:
+                m.details.setdefault("scenario_seconds", round(time.monotonic() - t0, 1))
+            results.extend(found)
+        results.extend(ceiling_ratios(results))
+    finally:
+        if args.keep_db:
+            console.log(f"kept databases: {', '.join(dbs.created)}")
+        else:
+            dbs.drop_all()
+    meta["seconds"] = round(time.monotonic() - started, 1)
+    meta["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    meta["scenarios"] = names
+    console.rule("results")
+    render(console, results, meta)
+    args.json_out.parent.mkdir(parents=True, exist_ok=True)
+    args.json_out.write_text(
+        json.dumps({"meta": meta, "results": [m.as_dict() for m in results]}, indent=2) + "\n"
+    )
+    console.print(f"{len(results)} results in {meta['seconds']:.0f}s; JSON: {args.json_out}")
+    if failures:
+        console.print(f"[red]{failures} scenario(s) failed; worker logs in {log_dir}[/red]")
+    else:
+        shutil.rmtree(log_dir, ignore_errors=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,573 @@
+"""The taskq scenarios. Each takes the run's ``Context`` and returns its measurements; none
+asserts anything about timing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from rich.console import Console
+
+from bench import apps
+from bench.harness import (
+    POLL_SECONDS,
+    CpuMeter,
+    DrainTiming,
+    Measurement,
+    Processes,
+    Stalled,
+    count_not_done,
+    db_counters,
+    drain_timing,
+    load_noop_backlog,
+    per_task,
+    percentile,
+    proc_status,
+    progress_watch,
+    reset_tasks,
+    settle,
+    taskq_command,
+    wait_listening,
+)
+from bench.harness import connect as db_connect
+
+APP_SPEC = "bench.apps:app"
+STALL_SECONDS = 30.0
+"""A drain in which no task finishes for this long is reported as failed, with the logs."""
+
+
+@dataclasses.dataclass
+class Context:
+    dsn: str
+    quick: bool
+    log_dir: Path
+    console: Console
+    processes_flag: bool
+    """``taskq worker`` has ``--processes``: use it instead of spawning N workers."""
+    repeat: int = 1
+    """Drains run this many times each; the median is reported."""
+    shared: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """What one scenario learns for a later one (the worker's observed claim batch)."""
+
+    def say(self, message: str) -> None:
+        self.console.log(message)
+
+
+def payload_200(i: int) -> dict[str, Any]:
+    """A ~200-byte JSON payload, like a small business event."""
+    return {
+        "order_id": i,
+        "customer": "cust-000123456",
+        "email": "someone@example.com",
+        "items": [{"sku": "SKU-1234", "qty": 2}, {"sku": "SKU-5678", "qty": 1}],
+        "note": "please deliver to the back door, ring twice",
+    }
+
+
+# --- workers ----------------------------------------------------------------------------------
+
+
+def spawn_workers(
+    ctx: Context,
+    procs: Processes,
+    *,
+    processes: int,
+    slots: int,
+    env: dict[str, str] | None = None,
+    name: str = "worker",
+    separate: bool = False,
+) -> list[int]:
+    """Start ``processes`` taskq worker processes (``taskq worker --processes N`` when the CLI
+    has it, unless ``separate``: N independent ``taskq worker`` commands); return the pids we
+    started."""
+    base = [
+        *taskq_command(),
+        "worker",
+        "--app",
+        APP_SPEC,
+        "--queues",
+        f"default={slots}",
+        "--dsn",
+        ctx.dsn,
+        "--log-level",
+        "warning",
+    ]
+    if processes > 1 and ctx.processes_flag and not separate:
+        return [procs.spawn([*base, "--processes", str(processes)], name=name, env=env).pid]
+    return [procs.spawn(base, name=f"{name}-{i}", env=env).pid for i in range(processes)]
+
+
+def wait_drained(
+    conn: psycopg.Connection[Any],
+    procs: Processes,
+    *,
+    tasks: int,
+    on_poll: Callable[[], None] | None = None,
+) -> int:
+    """Poll until no task is left unfinished; return the time.time_ns() of the poll that saw it."""
+
+    watch = progress_watch(STALL_SECONDS)
+    deadline = time.monotonic() + max(120.0, tasks / 100)
+    started = time.monotonic()
+    while True:
+        if on_poll is not None:
+            on_poll()
+        remaining = count_not_done(conn)
+        if remaining == 0:
+            return time.time_ns()
+        try:
+            watch(remaining)
+        except Stalled as exc:
+            raise Stalled(f"{exc}{procs.log_tail()}") from None
+        procs.check_alive()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the drain did not finish in time ({remaining:,} left)")
+        time.sleep(poll_interval(tasks, remaining, time.monotonic() - started))
+
+
+def poll_interval(tasks: int, remaining: int, elapsed: float) -> float:
+    """100 ms near the end; up to 1 s while the end is far off (the poll shares the cores with
+    the drain, and the timing comes from the rows, not from the poll)."""
+    done = tasks - remaining
+    if done <= 0 or elapsed <= 0:
+        return POLL_SECONDS
+    eta = remaining / (done / elapsed)
+    return min(1.0, max(POLL_SECONDS, eta / 4))
+
+
+def drain(
+    ctx: Context,
+    *,
+    tasks: int,
+    processes: int,
+    slots: int,
+    history: int = 0,
+    hold_xmin: bool = False,
+    separate: bool = False,
+) -> DrainTiming:
+    """Load ``tasks`` no-op tasks (after ``history`` finished rows), start the workers and time
+    them until every task is SUCCESS."""
+    with db_connect(ctx.dsn) as conn:
+        reset_tasks(conn)
+        if history:
+            insert_history(conn, history)
+        load_noop_backlog(conn, tasks)
+        settle(conn)
+        holder: psycopg.Connection[Any] | None = None
+        if hold_xmin:
+            holder = db_connect(ctx.dsn, autocommit=False)
+            holder.execute("SELECT txid_current()")  # BEGIN + an xid: holds back the horizon
+        try:
+            counters = db_counters(conn)
+            with Processes(ctx.log_dir) as procs:
+                meter = CpuMeter(ctx.dsn, lambda: [p.pid for p in procs.procs])
+                meter.start()
+                spawned_ns = time.time_ns()
+                spawn_workers(
+                    ctx, procs, processes=processes, slots=slots, name="drain", separate=separate
+                )
+                polled_ns = wait_drained(conn, procs, tasks=tasks)
+                meter.stop()
+        finally:
+            if holder is not None:
+                holder.rollback()
+                holder.close()
+        time.sleep(0.5)  # the workers' backends exit and publish their statistics
+        counters_after = db_counters(conn)
+        timing = drain_timing(conn, spawned_ns, polled_ns)
+        timing.db_per_task = per_task(counters, counters_after, tasks)
+    startup = startup_cpu(ctx, processes=processes, separate=separate)
+    timing.worker_cpu_s = max(0.0, meter.client_seconds - startup["worker"])
+    timing.db_cpu_s = max(0.0, meter.server_seconds - startup["db"])
+    return timing
+
+
+def startup_cpu(ctx: Context, *, processes: int, separate: bool) -> dict[str, float]:
+    """CPU the workers (a supervisor included) and their backends use to start and sit ready
+    on an empty queue; measured once per way of starting them, so drains can report the CPU
+    per task without the start-up."""
+    key = f"startup_cpu:{processes}:{separate}"
+    if key not in ctx.shared:
+        with db_connect(ctx.dsn) as conn:
+            reset_tasks(conn)
+        with Processes(ctx.log_dir) as procs:
+            meter = CpuMeter(ctx.dsn, lambda: [p.pid for p in procs.procs])
+            meter.start()
+            spawn_workers(
+                ctx, procs, processes=processes, slots=32, name="startup", separate=separate
+            )
+            wait_listening(ctx.dsn, processes)
+            time.sleep(0.3)
+            meter.stop()
+        ctx.shared[key] = {"worker": meter.client_seconds, "db": meter.server_seconds}
+    return dict(ctx.shared[key])
+
+
+def drain_repeated(ctx: Context, **kwargs: Any) -> DrainTiming:
+    """``drain`` ``ctx.repeat`` times from scratch; the run with the median steady rate, with
+    every run's rate in ``runs``."""
+    timings = [drain(ctx, **kwargs) for _ in range(ctx.repeat)]
+    timings.sort(key=lambda t: t.rate_steady)
+    median = timings[len(timings) // 2]
+    median.runs = [round(t.rate_steady, 1) for t in timings]
+    return median
+
+
+def insert_history(conn: psycopg.Connection[Any], rows: int) -> None:
+    """Finished tasks, as months of history would leave them (one statement)."""
+    conn.execute(
+        """
+        INSERT INTO taskq.tasks (task_type, payload, status, started_at, finished_at,
+                                 effective_id, worker_id, created_at, updated_at, scheduled_at)
+        SELECT 'bench.history',
+               jsonb_build_object('order_id', i, 'note', repeat('h', 150)),
+               'SUCCESS', t, t + interval '5 ms', gen_random_uuid(), 'history', t, t, t
+        FROM generate_series(1, %s) AS i,
+             LATERAL (SELECT now() - interval '30 days' + i * interval '1 s') AS s(t)
+        """,
+        (rows,),
+    )
+
+
+def _us(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0f}us"
+
+
+def drain_measurement(scenario: str, case: str, timing: DrainTiming, **details: Any) -> Measurement:
+    d = {**details, **timing.details()}
+    note = (
+        f"{timing.rate_from_spawn:,.0f}/s from spawn; batch claim {d['avg_claim_batch']}, "
+        f"complete {d['avg_completion_batch']}; CPU/task: worker "
+        f"{_us(timing.worker_cpu_us_per_task)}, db {_us(timing.db_cpu_us_per_task)}"
+    )
+    if len(timing.runs) > 1:
+        note += f"; median of {len(timing.runs)} ({min(timing.runs):,.0f}-{max(timing.runs):,.0f})"
+    return Measurement(scenario, case, round(timing.rate_steady, 1), "tasks/s", d, note)
+
+
+# --- enqueue ----------------------------------------------------------------------------------
+
+
+def enqueue_single(ctx: Context) -> list[Measurement]:
+    n = 500 if ctx.quick else 5_000
+    rounds = 5
+    per_round = n // rounds
+    elapsed = {"taskq": 0.0, "raw": 0.0}
+    app = apps.app
+    with db_connect(ctx.dsn) as admin:
+        reset_tasks(admin)
+        settle(admin)
+    with db_connect(ctx.dsn, autocommit=False) as conn:
+
+        def via_taskq(start: int) -> float:
+            t0 = time.perf_counter()
+            for i in range(start, start + per_round):
+                app.enqueue(conn, "bench.noop", payload_200(i))
+                conn.commit()
+            return time.perf_counter() - t0
+
+        def via_raw(start: int) -> float:
+            t0 = time.perf_counter()
+            for i in range(start, start + per_round):
+                conn.execute(
+                    "INSERT INTO taskq.tasks (task_type, payload) VALUES (%s, %s::jsonb)",
+                    ("bench.noop", json.dumps(payload_200(i))),
+                )
+                conn.commit()
+            return time.perf_counter() - t0
+
+        # Interleaved rounds (taskq, raw, raw, taskq, ...): both see the same table and the
+        # same background noise.
+        for r in range(rounds):
+            order = [("taskq", via_taskq), ("raw", via_raw)]
+            if r % 2:
+                order.reverse()
+            for name, fn in order:
+                elapsed[name] += fn(r * per_round)
+    done = per_round * rounds
+    taskq_rate = done / elapsed["taskq"]
+    raw_rate = done / elapsed["raw"]
+    ratio = raw_rate / taskq_rate
+    return [
+        Measurement(
+            "enqueue-single",
+            "app.enqueue(conn, ...), 1 commit each",
+            round(taskq_rate, 1),
+            "tasks/s",
+            {"tasks": done, "seconds": round(elapsed["taskq"], 3)},
+            f"{1e3 / taskq_rate:.3f} ms per task",
+        ),
+        Measurement(
+            "enqueue-single",
+            "raw psycopg INSERT, 1 commit each",
+            round(raw_rate, 1),
+            "tasks/s",
+            {"tasks": done, "seconds": round(elapsed["raw"], 3)},
+            f"{1e3 / raw_rate:.3f} ms per task",
+        ),
+        Measurement(
+            "enqueue-single",
+            "taskq overhead (raw rate / taskq rate)",
+            round(ratio, 3),
+            "x",
+            {"extra_ms_per_task": round(1e3 / taskq_rate - 1e3 / raw_rate, 4)},
+            f"{1e3 / taskq_rate - 1e3 / raw_rate:+.3f} ms per task",
+        ),
+    ]
+
+
+def enqueue_bulk(ctx: Context) -> list[Measurement]:
+    n = 5_000 if ctx.quick else 50_000
+    chunk = 1_000
+    app = apps.app
+    with db_connect(ctx.dsn) as admin:
+        reset_tasks(admin)
+        settle(admin)
+    with db_connect(ctx.dsn, autocommit=False) as conn:
+        t0 = time.perf_counter()
+        for start in range(0, n, chunk):
+            items = [
+                {"task_type": "bench.noop", "payload": payload_200(i)}
+                for i in range(start, min(n, start + chunk))
+            ]
+            app.enqueue_many(conn, items)
+            conn.commit()
+        taskq_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for start in range(0, n, chunk):
+            with conn.cursor().copy("COPY taskq.tasks (task_type, payload) FROM STDIN") as copy:
+                for i in range(start, min(n, start + chunk)):
+                    copy.write_row(("bench.noop", json.dumps(payload_200(i))))
+            conn.commit()
+        copy_s = time.perf_counter() - t0
+    return [
+        Measurement(
+            "enqueue-bulk",
+            f"app.enqueue_many, chunks of {chunk:,}",
+            round(n / taskq_s, 1),
+            "tasks/s",
+            {"tasks": n, "chunk": chunk, "seconds": round(taskq_s, 3)},
+            f"{taskq_s / (n / chunk) * 1e3:.1f} ms per chunk",
+        ),
+        Measurement(
+            "enqueue-bulk",
+            f"raw COPY, chunks of {chunk:,} (reference)",
+            round(n / copy_s, 1),
+            "tasks/s",
+            {"tasks": n, "chunk": chunk, "seconds": round(copy_s, 3)},
+            f"enqueue_many is {copy_s / taskq_s:.2f}x COPY's rate",
+        ),
+    ]
+
+
+# --- drain ------------------------------------------------------------------------------------
+
+
+def drain_matrix(ctx: Context) -> list[Measurement]:
+    sizes = [5_000] if ctx.quick else [20_000, 100_000]
+    how = "--processes 2" if ctx.processes_flag else "2 separate workers"
+    out: list[Measurement] = []
+    for tasks in sizes:
+        cases = [(1, slots, False) for slots in (32, 100)]
+        cases += [(2, slots, False) for slots in (32, 100)]
+        if ctx.processes_flag and tasks == sizes[0]:
+            # How most deployments run two workers (two units, two containers): compare.
+            cases += [(2, slots, True) for slots in (32, 100)]
+        for processes, slots, separate in cases:
+            label = "1 proc" if processes == 1 else ("2 separate workers" if separate else how)
+            ctx.say(f"drain: {tasks:,} tasks, {label}, {slots} slots")
+            timing = drain_repeated(
+                ctx, tasks=tasks, processes=processes, slots=slots, separate=separate
+            )
+            out.append(
+                drain_measurement(
+                    "drain",
+                    f"{tasks:,} tasks, {label} x {slots} slots",
+                    timing,
+                    processes=processes,
+                    slots=slots,
+                    separate_processes=separate or (processes > 1 and not ctx.processes_flag),
+                )
+            )
+            if not separate:
+                batches = ctx.shared.setdefault("claim_batches", {})
+                batches[(processes, slots)] = timing.tasks / max(1, timing.claims)
+    return out
+
+
+# --- latency ----------------------------------------------------------------------------------
+
+
+def latency(ctx: Context) -> list[Measurement]:
+    seconds = 3.0 if ctx.quick else 10.0
+    interval = 0.02
+    latency_file = ctx.log_dir / f"latency-{secrets.token_hex(3)}.txt"
+    env = {apps.LATENCY_FILE_ENV: str(latency_file)}
+    app = apps.app
+    committed: dict[int, int] = {}
+    with db_connect(ctx.dsn) as admin:
+        reset_tasks(admin)
+        settle(admin)
+        with Processes(ctx.log_dir) as procs:
+            spawn_workers(ctx, procs, processes=1, slots=32, env=env, name="latency")
+            wait_listening(ctx.dsn, 1)
+            with db_connect(ctx.dsn, autocommit=False) as conn:
+                # One warm-up task, waited for: the worker is idle and warm when we start.
+                app.enqueue(conn, "bench.latency", {"warmup": True})
+                conn.commit()
+                wait_drained(admin, procs, tasks=1)
+                time.sleep(0.2)
+                count = int(seconds / interval)
+                start = time.monotonic()
+                for i in range(count):
+                    pause = start + i * interval - time.monotonic()
+                    if pause > 0:
+                        time.sleep(pause)
+                    task_id = app.enqueue(conn, "bench.latency", {"seq": i})
+                    conn.commit()
+                    committed[task_id] = time.time_ns()  # commit acknowledged
+            wait_drained(admin, procs, tasks=len(committed))
+    return [
+        latency_measurement("latency", "taskq: commit -> handler start", committed, latency_file)
+    ]
+
+
+def read_starts(path: Path) -> dict[int, int]:
+    starts: dict[int, int] = {}
+    for line in path.read_text().splitlines():
+        task_id, ns = line.split()
+        starts.setdefault(int(task_id), int(ns))
+    return starts
+
+
+def latency_measurement(
+    scenario: str, case: str, committed: dict[int, int], starts_file: Path
+) -> Measurement:
+    starts = read_starts(starts_file)
+    missing = [t for t in committed if t not in starts]
+    ms = [(starts[t] - c) / 1e6 for t, c in committed.items() if t in starts]
+    if not ms:
+        return Measurement(scenario, case, None, "ms", {"missing": len(missing)}, "no samples")
+    details = {
+        "samples": len(ms),
+        "missing": len(missing),
+        "p50_ms": round(percentile(ms, 50), 3),
+        "p95_ms": round(percentile(ms, 95), 3),
+        "p99_ms": round(percentile(ms, 99), 3),
+        "max_ms": round(max(ms), 3),
+        "min_ms": round(min(ms), 3),
+    }
+    note = (
+        f"p95 {details['p95_ms']:.2f}, p99 {details['p99_ms']:.2f}, "
+        f"max {details['max_ms']:.2f} ms; n={len(ms)}"
+    )
+    return Measurement(scenario, f"{case} (p50)", details["p50_ms"], "ms", details, note)
+
+
+# --- table growth -----------------------------------------------------------------------------
+
+
+def table_growth(ctx: Context) -> list[Measurement]:
+    tasks = 5_000 if ctx.quick else 20_000
+    histories = [0, 100_000] if ctx.quick else [0, 100_000, 1_000_000]
+    cases: list[tuple[str, dict[str, Any]]] = [
+        (f"{h:,} SUCCESS rows in the table", {"history": h}) for h in histories
+    ]
+    cases.append(("0 rows + an open transaction (xmin held)", {"hold_xmin": True}))
+    out: list[Measurement] = []
+    empty: DrainTiming | None = None
+    for case, options in cases:
+        ctx.say(f"table-growth: {tasks:,} tasks, {case}")
+        timing = drain_repeated(ctx, tasks=tasks, processes=1, slots=32, **options)
+        empty = empty or timing
+        m = drain_measurement(
+            "table-growth",
+            case,
+            timing,
+            history_rows=options.get("history", 0),
+            hold_xmin=options.get("hold_xmin", False),
+            processes=1,
+            slots=32,
+        )
+        # Wall rate (noisy on a shared machine) and database CPU per task (steadier).
+        m.details["ratio_to_empty"] = round(timing.rate_steady / empty.rate_steady, 3)
+        db, db_empty = timing.db_cpu_us_per_task, empty.db_cpu_us_per_task
+        m.details["db_cpu_ratio_to_empty"] = round(db / db_empty, 3) if db and db_empty else None
+        m.note = (
+            f"{m.details['ratio_to_empty']:.2f}x empty's rate, "
+            f"{m.details['db_cpu_ratio_to_empty'] or 0:.2f}x its db CPU/task; " + m.note
+        )
+        out.append(m)
+    return out
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+def memory(ctx: Context) -> list[Measurement]:
+    tasks = 10_000 if ctx.quick else 100_000
+    blob_chars = 10_000
+    blobs = [secrets.token_urlsafe(blob_chars * 3 // 4)[:blob_chars] for _ in range(64)]
+    with db_connect(ctx.dsn) as conn:
+        reset_tasks(conn)
+        settle(conn)
+        with Processes(ctx.log_dir) as procs:
+            (pid,) = spawn_workers(ctx, procs, processes=1, slots=32, name="memory")
+            wait_listening(ctx.dsn, 1)
+            time.sleep(0.5)
+            idle_kib = proc_status(pid).get("VmRSS", 0)
+            ctx.say(f"memory: inserting {tasks:,} tasks of ~10 KB (one statement)")
+            # Random base64: incompressible, so TOAST stores the full 10 KB per row.
+            conn.execute(
+                "INSERT INTO taskq.tasks (task_type, payload)"
+                " SELECT 'bench.noop',"
+                "        jsonb_build_object('i', i, 'blob', (%s::text[])[1 + i %% 64])"
+                " FROM generate_series(1, %s) AS i",
+                (blobs, tasks),
+            )
+            committed_ns = time.time_ns()  # autocommit: the worker is woken now
+            meter = CpuMeter(ctx.dsn, lambda: [pid])
+            meter.start()
+            peak_sampled = [idle_kib]
+
+            def sample() -> None:
+                peak_sampled[0] = max(peak_sampled[0], proc_status(pid).get("VmRSS", 0))
+
+            polled_ns = wait_drained(conn, procs, tasks=tasks, on_poll=sample)
+            meter.stop()
+            status = proc_status(pid)
+        timing = drain_timing(conn, committed_ns, polled_ns)
+        timing.worker_cpu_s, timing.db_cpu_s = meter.client_seconds, meter.server_seconds
+        row = conn.execute(
+            "SELECT avg(pg_column_size(payload))::int"
+            " FROM (SELECT payload FROM taskq.tasks LIMIT 1000) AS sample"
+        ).fetchone()
+    hwm_kib = status.get("VmHWM", 0)
+    details = {
+        "tasks": tasks,
+        "payload_bytes_stored": row[0] if row else None,
+        "idle_rss_mib": round(idle_kib / 1024, 1),
+        "peak_rss_sampled_mib": round(peak_sampled[0] / 1024, 1),
+        "vm_hwm_mib": round(hwm_kib / 1024, 1),
+        "rss_at_end_mib": round(status.get("VmRSS", 0) / 1024, 1),
+        **timing.details(),
+    }
+    return [
+        Measurement(
+            "memory",
+            f"worker peak RSS (VmHWM), {tasks:,} x 10 KB, 32 slots",
+            details["vm_hwm_mib"],
+            "MiB",
+            details,
+            f"idle {details['idle_rss_mib']} MiB, end {details['rss_at_end_mib']} MiB; "
+            f"drained at {timing.rate_steady:,.0f} tasks/s "
+            f"({timing.rate_steady * blob_chars / 1e6:.0f} MB/s of payload); CPU/task: worker "
+            f"{_us(timing.worker_cpu_us_per_task)}, db {_us(timing.db_cpu_us_per_task)}",
+        )
+    ]
