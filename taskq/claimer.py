@@ -10,6 +10,7 @@ queue is drained, and freed slots wait for (a) or (b) instead of querying an emp
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from taskq import store
+from taskq import logs, store
 from taskq.backoff import Backoff, jittered
 from taskq.control import ControlWatcher
 from taskq.db import ConnectionError_, first_line
@@ -184,6 +185,7 @@ class Claimer:
             self.claims += 1
             if len(claimed) == policy.limit:
                 self._wake.set()  # a full batch: there is probably more
+            debug = logs.enabled(logging.DEBUG)
             for task in claimed:
                 self._in_flight[task.id] = task
                 self._live[task.id] = task
@@ -192,14 +194,15 @@ class Claimer:
                     (task.started_at - task.ready_at).total_seconds() if task.ready_at else None
                 )
                 self._metrics.claimed(task.queue, task.task_type, task.retry_count, latency)
-                log.debug(
-                    "task_claimed",
-                    task_id=task.id,
-                    task_type=task.task_type,
-                    queue=task.queue,
-                    attempt=task.retry_count,
-                    effective_id=str(task.effective_id),
-                )
+                if debug:
+                    log.debug(
+                        "task_claimed",
+                        task_id=task.id,
+                        task_type=task.task_type,
+                        queue=task.queue,
+                        attempt=task.retry_count,
+                        effective_id=str(task.effective_id),
+                    )
                 self._tasks[task.id] = group.create_task(self._run_one(task))
             self._metrics.running.labels(self.queue).set(len(self._in_flight))
 

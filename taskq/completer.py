@@ -10,13 +10,14 @@ attempt's lease was lost (the task was rescued and re-claimed elsewhere): logged
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from taskq import store
+from taskq import logs, store
 from taskq.backoff import Backoff
 from taskq.db import ConnectionError_, first_line
 from taskq.metrics import Metrics
@@ -137,9 +138,11 @@ class Completer:
                 won = await store.mark_success_many(
                     conn, [o.task.id for o in successes], [o.task.effective_id for o in successes]
                 )
+                info = logs.enabled(logging.INFO)
                 for o in successes:
                     if o.task.id in won:
-                        log.info("task_succeeded", **self._fields(o))
+                        if info:
+                            log.info("task_succeeded", **self._fields(o))
                         self._count(o)
                     else:
                         self._lease_lost(o, retried)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 import psycopg
@@ -42,18 +42,28 @@ class TaskContext:
     run in threads; async handlers use the ``a``-prefixed twins.
     """
 
-    __slots__ = ("_aconn", "_conn", "_context", "_reporter", "_runtime", "_task", "worker_id")
+    __slots__ = (
+        "_aconn",
+        "_conn",
+        "_context",
+        "_make_reporter",
+        "_reporter",
+        "_runtime",
+        "_task",
+        "worker_id",
+    )
 
     def __init__(
         self,
         task: ClaimedTask,
         *,
         worker_id: str,
-        reporter: ProgressReporter,
+        reporter: Callable[[], ProgressReporter],
         runtime: Runtime | None = None,
     ) -> None:
         self._task = task
-        self._reporter = reporter
+        self._make_reporter = reporter
+        self._reporter: ProgressReporter | None = None
         self._runtime = runtime
         self._context: JSON = task.context or {}
         self._conn: psycopg.Connection[Any] | None = None
@@ -110,7 +120,7 @@ class TaskContext:
     @property
     def lease_lost(self) -> bool:
         """True once a write of this attempt matched no row: the task was taken away."""
-        return self._reporter.lease_lost
+        return self._reporter is not None and self._reporter.lease_lost
 
     # --- progress --------------------------------------------------------------------------
 
@@ -119,6 +129,8 @@ class TaskContext:
         published on the ``taskq_progress`` channel at most a few times per second."""
         pct = max(0.0, min(100.0, float(percent)))
         value = {"percent": pct, "message": message}
+        if self._reporter is None:
+            self._reporter = self._make_reporter()
         self._reporter.submit(json.dumps(value, separators=(",", ":")))
 
     # --- stage checkpoints -----------------------------------------------------------------

@@ -51,6 +51,7 @@ class Executor:
         self._worker_id = worker_id
         self._threads = threads
         self._progress_interval = progress_interval_seconds
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def is_async(self, task_type: str) -> bool:
         return self._app.tasks[task_type].is_async
@@ -60,18 +61,26 @@ class Executor:
         was lost). Returns when the slot is free again. Cancellation (a forced shutdown, a
         lost lease) propagates without a report."""
         handler = self._app.tasks[task.task_type]
-        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        loop = self._loop
 
-        async def write_progress(value_json: str) -> bool:
-            async with self._runtime.async_connection() as conn:
-                return await store.set_progress(
-                    conn, task_id=task.id, token=task.effective_id, progress_json=value_json
-                )
+        def make_reporter() -> ProgressReporter:
+            """Built on the first ctx.progress() only: most handlers never report progress."""
 
-        reporter = ProgressReporter(
-            loop, write_progress, min_interval_seconds=self._progress_interval
+            async def write_progress(value_json: str) -> bool:
+                async with self._runtime.async_connection() as conn:
+                    return await store.set_progress(
+                        conn, task_id=task.id, token=task.effective_id, progress_json=value_json
+                    )
+
+            return ProgressReporter(
+                loop, write_progress, min_interval_seconds=self._progress_interval
+            )
+
+        ctx = TaskContext(
+            task, worker_id=self._worker_id, reporter=make_reporter, runtime=self._runtime
         )
-        ctx = TaskContext(task, worker_id=self._worker_id, reporter=reporter, runtime=self._runtime)
         bound: dict[str, Any] = {
             "task_id": task.id,
             "task_type": task.task_type,
@@ -89,13 +98,14 @@ class Executor:
                 if handler.options.idempotent and not task.biz_id:
                     report(Outcome.dead(task, 0.0, Permanent("idempotent task has no biz_id")))
                 elif handler.is_async:
-                    outcome = await self._run_async(handler, ctx, task, started, reporter)
+                    outcome = await self._run_async(handler, ctx, task, started)
                     if outcome is not None:
                         report(outcome)
                 else:
-                    await self._run_sync(handler, ctx, task, started, reporter, report)
+                    await self._run_sync(handler, ctx, task, started, report)
             except asyncio.CancelledError:
-                reporter.cancel()
+                if ctx._reporter is not None:
+                    ctx._reporter.cancel()
                 raise
 
     async def _run_async(
@@ -104,7 +114,6 @@ class Executor:
         ctx: TaskContext,
         task: ClaimedTask,
         started: float,
-        reporter: ProgressReporter,
     ) -> Outcome | None:
         scope = asyncio.timeout(task.timeout_seconds)
         duplicate = False
@@ -115,7 +124,7 @@ class Executor:
                     if not duplicate:
                         async with ctx._aattached(conn), scope:
                             await handler.fn(ctx, task.payload)
-                    await _flush(reporter)
+                    await _flush(ctx)
                     if not await store.amark_success(conn, task, duplicate=duplicate):
                         raise LeaseLost(f"task {task.id}: attempt taken away; rolled back")
                 return Outcome.committed(task, time.monotonic() - started, duplicate=duplicate)
@@ -128,7 +137,7 @@ class Executor:
             if isinstance(exc, TimeoutError) and scope.expired():
                 return _timed_out(task, started)
             return classify(task, time.monotonic() - started, exc)
-        await _flush(reporter)
+        await _flush(ctx)
         return Outcome.success(task, time.monotonic() - started)
 
     async def _run_sync(
@@ -137,13 +146,13 @@ class Executor:
         ctx: TaskContext,
         task: ClaimedTask,
         started: float,
-        reporter: ProgressReporter,
         report: Callable[[Outcome], None],
     ) -> None:
         loop = asyncio.get_running_loop()
 
         def flush_from_thread() -> None:
-            asyncio.run_coroutine_threadsafe(_flush(reporter), loop).result(timeout=30)
+            if ctx._reporter is not None:
+                asyncio.run_coroutine_threadsafe(_flush(ctx), loop).result(timeout=30)
 
         def idempotent() -> bool:
             """In the handler's thread: the whole transaction. Returns 'was a duplicate'."""
@@ -179,7 +188,7 @@ class Executor:
         elif handler.options.idempotent:
             report(Outcome.committed(task, duration, duplicate=bool(future.result())))
         else:
-            await _flush(reporter)
+            await _flush(ctx)
             report(Outcome.success(task, duration))
 
 
@@ -204,9 +213,11 @@ def _lost(task: ClaimedTask, exc: LeaseLost) -> None:
     log.warning("lease_lost", effective_id=str(task.effective_id), reason=str(exc))
 
 
-async def _flush(reporter: ProgressReporter) -> None:
+async def _flush(ctx: TaskContext) -> None:
+    if ctx._reporter is None:
+        return
     try:
-        await reporter.flush()
+        await ctx._reporter.flush()
     except Exception:  # progress is best effort; the outcome is not
         log.warning("progress_flush_failed", exc_info=True)
 

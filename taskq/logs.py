@@ -22,10 +22,21 @@ _LEVELS = {
 }
 
 
+_enabled_from = logging.DEBUG  # until configured, structlog prints everything
+
+
+def enabled(level: int) -> bool:
+    """Would an event at ``level`` be logged? Lets the hot path skip building the fields of an
+    event that the filtering logger would drop anyway."""
+    return level >= _enabled_from
+
+
 def configure(fmt: LogFormat = "auto", level: str = "info") -> None:
     """Configure structlog for the process (called once by the CLI)."""
+    global _enabled_from
     if level not in _LEVELS:
         raise ValueError(f"unknown log level {level!r}; use one of {', '.join(_LEVELS)}")
+    _enabled_from = _LEVELS[level]
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()

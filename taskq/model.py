@@ -93,9 +93,11 @@ class TaskOptions:
     """Keeps running at protection level L2 (DEGRADED)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ClaimedTask:
-    """One attempt, as the claim returned it."""
+    """One attempt, as the claim returned it. Treat as read-only; not ``frozen`` because a
+    frozen dataclass's ``__init__`` goes through ``object.__setattr__`` for each of its fields,
+    and one of these is built per task on the hot path."""
 
     id: int
     task_type: str

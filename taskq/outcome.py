@@ -21,8 +21,10 @@ class Kind(StrEnum):
     DUPLICATE = "duplicate"  # idempotent: the business key was done already; completed unrun
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
+    """Treat as read-only (not frozen: built once per task on the hot path, see ClaimedTask)."""
+
     task: ClaimedTask
     kind: Kind
     duration_seconds: float

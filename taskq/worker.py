@@ -28,7 +28,7 @@ from taskq.backoff import jittered
 from taskq.claimer import Claimer
 from taskq.completer import Completer
 from taskq.control import CONTROL_CHANNEL, ControlWatcher
-from taskq.db import ConnectionError_, application_name, pooler_kwargs, unavailable
+from taskq.db import ConnectionError_, aconnect, application_name, pooler_kwargs, unavailable
 from taskq.errors import ConfigError
 from taskq.executor import Executor
 from taskq.heartbeat import Heartbeat
@@ -238,6 +238,10 @@ class Worker:
             name="taskq-worker",
         )
         try:
+            # One plain connection first: a refused or unknown database fails in milliseconds
+            # with the server's own message, where the pool would retry until its timeout.
+            probe = await aconnect(self.dsn, role="worker", **conn_kwargs)
+            await probe.close()
             await pool.open(wait=True, timeout=15)
         except Exception as exc:
             await pool.close()

@@ -2,6 +2,13 @@
 -- (effective_id) and by status = 'PROCESSING': a late or duplicate worker whose attempt was
 -- taken away matches no row, and RETURNING tells the caller it lost.
 --
+-- The guard is written `(status || '') = 'PROCESSING'` on purpose, here and in every fenced
+-- statement: a plain `status = 'PROCESSING'` lets the planner pick tasks_processing_idx,
+-- which statistics make look tiny but which fills with dead entries between vacuums (every
+-- claim adds one, every completion kills one), and scanning it made a 32-row completion cost
+-- milliseconds. The expression cannot use that partial index, so these statements always go
+-- through the primary key: cost proportional to the batch, not to history.
+--
 -- In the same statement, so the hot path stays one round trip per batch:
 --   * task_stats gets the per-minute outcome counts (throughput, failure rates);
 --   * the type's circuit breaker counts the failure, or is healed by the success (a success
@@ -21,7 +28,7 @@ WITH done AS (
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
     WHERE t.id = d.id
       AND t.effective_id = d.token
-      AND t.status = 'PROCESSING'
+      AND (t.status || '') = 'PROCESSING'
     RETURNING t.id, t.queue, t.task_type, t.started_at, t.finished_at, t.progress
 ), counted AS (
     INSERT INTO taskq.task_stats AS s (bucket, queue, task_type, outcome, n, run_seconds)
@@ -78,7 +85,7 @@ WITH failed AS (
         updated_at = now()
     WHERE id = %(id)s
       AND effective_id = %(token)s
-      AND status = 'PROCESSING'
+      AND (status || '') = 'PROCESSING'
     RETURNING id, status, retry_count, next_retry_time, queue, task_type, started_at,
               finished_at, progress
 ), counted AS (
@@ -135,7 +142,7 @@ WITH dead AS (
         updated_at = now()
     WHERE id = %(id)s
       AND effective_id = %(token)s
-      AND status = 'PROCESSING'
+      AND (status || '') = 'PROCESSING'
     RETURNING id, status, retry_count, next_retry_time, queue, task_type, started_at,
               finished_at, progress
 ), counted AS (
@@ -166,7 +173,7 @@ SET status = 'PENDING',
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS rel(id, token)
 WHERE t.id = rel.id
   AND t.effective_id = rel.token
-  AND t.status = 'PROCESSING'
+  AND (t.status || '') = 'PROCESSING'
 RETURNING t.id;
 
 -- name: record_business_key
@@ -186,7 +193,7 @@ RETURNING task_id;
 WITH done AS (
     UPDATE taskq.tasks
     SET status = 'SUCCESS', finished_at = now(), updated_at = now()
-    WHERE id = %(id)s AND effective_id = %(token)s AND status = 'PROCESSING'
+    WHERE id = %(id)s AND effective_id = %(token)s AND (status || '') = 'PROCESSING'
     RETURNING id, queue, task_type, started_at, finished_at
 ), counted AS (
     INSERT INTO taskq.task_stats AS s (bucket, queue, task_type, outcome, n, run_seconds)

@@ -19,7 +19,7 @@ FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
 CROSS JOIN (SELECT count(*) FROM beat) AS registered
 WHERE NOT EXISTS (
     SELECT 1 FROM taskq.tasks AS t
-    WHERE t.id = held.id AND t.effective_id = held.token AND t.status = 'PROCESSING'
+    WHERE t.id = held.id AND t.effective_id = held.token AND (t.status || '') = 'PROCESSING'
 );
 
 -- name: worker_unregister

@@ -5,7 +5,7 @@
 WITH updated AS (
     UPDATE taskq.tasks
     SET progress = %(progress)s::jsonb, updated_at = now()
-    WHERE id = %(id)s AND effective_id = %(token)s AND status = 'PROCESSING'
+    WHERE id = %(id)s AND effective_id = %(token)s AND (status || '') = 'PROCESSING'
     RETURNING id
 )
 SELECT pg_notify('taskq_progress',
@@ -20,5 +20,5 @@ SET context = jsonb_build_object(
         'stage', %(stage)s::text,
         'data', coalesce(context -> 'data', '{}'::jsonb) || %(data)s::jsonb),
     updated_at = now()
-WHERE id = %(id)s AND effective_id = %(token)s AND status = 'PROCESSING'
+WHERE id = %(id)s AND effective_id = %(token)s AND (status || '') = 'PROCESSING'
 RETURNING context;

@@ -43,7 +43,7 @@ WITH victims AS (
         finished_at = now(),
         updated_at = now()
     FROM victims
-    WHERE t.id = victims.id AND t.status = 'PROCESSING'
+    WHERE t.id = victims.id AND (t.status || '') = 'PROCESSING'
     RETURNING t.id, t.task_type, t.queue, t.status, t.retry_count, t.worker_id, t.last_error
 ), counted AS (
     INSERT INTO taskq.task_stats AS s (bucket, queue, task_type, outcome, n)
