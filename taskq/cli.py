@@ -824,7 +824,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The operations commands (stats, plan, pause, resume, circuit, watch, prune) live in their
 # own module; importing it registers them on the group.
-from taskq import cli_ops  # noqa: E402, F401
+from taskq import cli_dashboard, cli_ops  # noqa: E402, F401
 
 if __name__ == "__main__":
     # Run through the imported module, on which cli_ops registered its commands.

@@ -80,9 +80,15 @@ def preview(dsn: str, selection: Selection) -> list[Row]:
 
 
 def requeue(
-    dsn: str, selection: Selection, *, reset_retries: bool = False, note: str | None = None
+    dsn: str,
+    selection: Selection,
+    *,
+    reset_retries: bool = False,
+    note: str | None = None,
+    by: str | None = None,
 ) -> list[int]:
-    """DEAD_LETTER -> PENDING for the selection; returns the ids moved."""
+    """DEAD_LETTER -> PENDING for the selection; returns the ids moved. ``by`` names the actor
+    in the audit row when it is not this OS user (the dashboard acts for someone)."""
     selection.check()
     with session(dsn) as conn:
         _check_ids(conn, selection)
@@ -91,18 +97,24 @@ def requeue(
             ids=_ids(selection.ids),
             task_type=selection.task_type,
             reset=reset_retries,
-            actor=actor(),
+            actor=by or actor(),
             note=note,
         )
 
 
-def discard(dsn: str, selection: Selection, *, note: str | None = None) -> list[int]:
+def discard(
+    dsn: str, selection: Selection, *, note: str | None = None, by: str | None = None
+) -> list[int]:
     """Delete the selected dead letters (the audit row keeps a copy); returns the ids."""
     selection.check()
     with session(dsn) as conn:
         _check_ids(conn, selection)
         return store.dlq_discard(
-            conn, ids=_ids(selection.ids), task_type=selection.task_type, actor=actor(), note=note
+            conn,
+            ids=_ids(selection.ids),
+            task_type=selection.task_type,
+            actor=by or actor(),
+            note=note,
         )
 
 

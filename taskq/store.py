@@ -720,3 +720,75 @@ def worker_health(
     with _sync_cursor(conn) as cur:
         cur.execute(query("worker_health"), {"id": worker_id, "host": host, "pid": pid})
         return cur.fetchone()
+
+
+# --- the operator's web page (taskq dashboard) ---------------------------------------------------
+
+
+def dlq_search(
+    conn: psycopg.Connection[Any],
+    *,
+    task_type: str | None,
+    error: str | None,
+    older_than_seconds: float | None,
+    newer_than_seconds: float | None,
+    limit: int,
+) -> list[Row]:
+    return _all(
+        conn,
+        "dlq_search",
+        {
+            "task_type": task_type,
+            "error": error,
+            "older_than": older_than_seconds,
+            "newer_than": newer_than_seconds,
+            "limit": limit,
+        },
+    )
+
+
+def dlq_requeue_edited(
+    conn: psycopg.Connection[Any],
+    *,
+    task_id: int,
+    payload_json: str,
+    reset: bool,
+    actor: str,
+    note: str | None,
+) -> bool:
+    """False when the task is not (or no longer) a dead letter: nothing changed."""
+    params = {
+        "id": task_id,
+        "payload": payload_json,
+        "reset": reset,
+        "actor": actor,
+        "note": note,
+    }
+    try:
+        return bool(_all(conn, "dlq_requeue_edited", params))
+    except psycopg.errors.UniqueViolation as exc:
+        detail = exc.diag.message_detail or ""
+        raise InvalidTask(
+            f"cannot requeue, nothing changed: a live task holds the same unique key. {detail}"
+        ) from None
+    except psycopg.DataError as exc:  # SQLSTATE class 22, e.g. a \u0000 that jsonb cannot hold
+        raise InvalidTask(
+            f"the payload was refused, nothing changed: {exc.diag.message_primary}"
+        ) from None
+
+
+def audit_list(
+    conn: psycopg.Connection[Any],
+    *,
+    action: str | None,
+    task_id: int | None,
+    task_type: str | None,
+    limit: int,
+) -> list[Row]:
+    params = {"action": action, "task_id": task_id, "task_type": task_type, "limit": limit}
+    return _all(conn, "audit_list", params)
+
+
+async def aget_task(conn: psycopg.AsyncConnection[Any], task_id: int) -> Row | None:
+    found = await _aall(conn, "get_task", {"id": task_id})
+    return found[0] if found else None

@@ -16,18 +16,23 @@ from taskq.model import check_name
 Kind = Literal["task_type", "queue"]
 
 
-def pause(dsn: str, *, kind: Kind, name: str, note: str | None = None) -> bool:
-    """Stop claiming ``name``; its backlog waits. False if it was paused already."""
+def pause(
+    dsn: str, *, kind: Kind, name: str, note: str | None = None, by: str | None = None
+) -> bool:
+    """Stop claiming ``name``; its backlog waits. False if it was paused already. ``by`` (here
+    and below) names the actor when it is not this OS user: the dashboard acts for someone."""
     check_name(kind.replace("_", " "), name)
     with session(dsn) as conn:
-        return store.pause(conn, kind=kind, name=name, actor=actor(), note=note)
+        return store.pause(conn, kind=kind, name=name, actor=by or actor(), note=note)
 
 
-def resume(dsn: str, *, kind: Kind, name: str, note: str | None = None) -> bool:
+def resume(
+    dsn: str, *, kind: Kind, name: str, note: str | None = None, by: str | None = None
+) -> bool:
     """Claim ``name`` again (workers are woken at once). False if it was not paused."""
     check_name(kind.replace("_", " "), name)
     with session(dsn) as conn:
-        return store.resume(conn, kind=kind, name=name, actor=actor(), note=note)
+        return store.resume(conn, kind=kind, name=name, actor=by or actor(), note=note)
 
 
 def pauses(dsn: str) -> list[dict[str, Any]]:
@@ -51,11 +56,11 @@ def circuit_status(dsn: str) -> dict[str, Any]:
 
 
 def circuit_reset(
-    dsn: str, *, task_type: str | None = None, note: str | None = None
+    dsn: str, *, task_type: str | None = None, note: str | None = None, by: str | None = None
 ) -> dict[str, Any]:
     """Close breakers (one type, or all) and, when resetting everything, bring the level back to
     L0 — the only way out of L4 EMERGENCY."""
-    who = actor()
+    who = by or actor()
     with session(dsn) as conn:
         closed = store.breaker_reset(conn, task_type=task_type, actor=who, note=note)
         lowered = False
@@ -70,11 +75,11 @@ def circuit_reset(
     return {"closed_breakers": closed, "level_reset": lowered}
 
 
-def set_level(dsn: str, level: int, *, note: str | None = None) -> bool:
+def set_level(dsn: str, level: int, *, note: str | None = None, by: str | None = None) -> bool:
     """An operator sets the level by hand (e.g. L4 to stop all dispatch during an incident)."""
     if not 0 <= level <= 4:
         raise ConfigError("the level is 0 (NORMAL) to 4 (EMERGENCY)")
-    who = actor()
+    who = by or actor()
     with session(dsn) as conn:
         return store.protection_set(
             conn,
