@@ -149,6 +149,7 @@ class App:
         self.tasks: dict[str, Task] = {}
         self.schedules: dict[str, Schedule] = {}
         self.reconcilers: dict[str, Reconciler] = {}
+        self._good_names: set[str] = set()
 
     @property
     def dsn(self) -> str:
@@ -309,8 +310,19 @@ class App:
 
     # --- enqueue ---------------------------------------------------------------------------
 
-    def _params(self, task_type: str, payload: JSON, options: EnqueueOptions) -> dict[str, Any]:
-        check_name("task type", task_type)
+    def _name(self, kind: str, value: Any) -> str:
+        """check_name, remembered: bulk enqueues repeat the same few names thousands of times."""
+        if value in self._good_names:
+            return str(value)
+        check_name(kind, value)
+        if len(self._good_names) < 10_000:
+            self._good_names.add(value)
+        return str(value)
+
+    def _params(
+        self, task_type: str, payload: JSON, options: EnqueueOptions | Mapping[str, Any]
+    ) -> dict[str, Any]:
+        self._name("task type", task_type)
         registered = task_type in self.tasks
         opts = self.options_for(task_type)
         biz_id = options.get("biz_id")
@@ -338,7 +350,7 @@ class App:
             raise InvalidTask("ordering_key must be a string")
         return {
             "task_type": task_type,
-            "queue": check_name("queue", queue if queue is not None else opts.queue),
+            "queue": self._name("queue", queue if queue is not None else opts.queue),
             "biz_id": biz_id,
             "payload": encode_payload({} if payload is None else payload, self.max_payload_bytes),
             "priority": check_priority(priority if priority is not None else opts.priority),
@@ -421,63 +433,21 @@ class App:
 
     def _many_params(
         self, items: Iterable[EnqueueItem | Mapping[str, Any]]
-    ) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
-        columns: dict[str, list[Any]] = {
-            "task_types": [],
-            "queues": [],
-            "biz_ids": [],
-            "payloads": [],
-            "priorities": [],
-            "scheduled_ats": [],
-            "delays": [],
-            "max_retry_counts": [],
-            "timeouts": [],
-            "trace_ids": [],
-            "unique_keys": [],
-            "ordering_keys": [],
-            "parent_ids": [],
-        }
-        singles = {
-            "task_types": "task_type",
-            "queues": "queue",
-            "biz_ids": "biz_id",
-            "payloads": "payload",
-            "priorities": "priority",
-            "scheduled_ats": "scheduled_at",
-            "delays": "delay",
-            "max_retry_counts": "max_retry_count",
-            "timeouts": "timeout_seconds",
-            "trace_ids": "trace_id",
-            "unique_keys": "unique_key",
-            "ordering_keys": "ordering_key",
-            "parent_ids": "parent_id",
-        }
+    ) -> list[dict[str, Any]]:
         every: list[dict[str, Any]] = []
         for raw in items:
+            fields: Mapping[str, Any]
             if isinstance(raw, EnqueueItem):
-                item = raw
+                fields = {name: getattr(raw, name) for name in _ITEM_FIELDS}
             else:
-                unknown = set(raw) - _ITEM_FIELDS
+                unknown = raw.keys() - _ITEM_FIELDS
                 if unknown:
                     raise InvalidTask(f"unknown enqueue field(s): {', '.join(sorted(unknown))}")
-                item = EnqueueItem(**raw)
-            options: EnqueueOptions = {
-                "biz_id": item.biz_id,
-                "priority": item.priority,
-                "queue": item.queue,
-                "delay": item.delay,
-                "scheduled_at": item.scheduled_at,
-                "trace_id": item.trace_id,
-                "unique": item.unique,
-                "unique_key": item.unique_key,
-                "ordering_key": item.ordering_key,
-                "parent_id": item.parent_id,
-            }
-            params = self._params(item.task_type, item.payload, options)
-            every.append(params)
-            for column, single in singles.items():
-                columns[column].append(params[single])
-        return columns, every
+                if "task_type" not in raw:
+                    raise InvalidTask("an enqueue item needs a task_type")
+                fields = raw
+            every.append(self._params(fields["task_type"], fields.get("payload"), fields))
+        return every
 
     @overload
     def enqueue_many(
@@ -511,24 +481,28 @@ class App:
         a live task (or by an earlier item) gets that task's id, or raises with
         ``on_duplicate="raise"``.
         """
-        columns, every = self._many_params(items)
+        every = self._many_params(items)
         if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
-            return self._ainsert_many(conn, columns, every, on_duplicate)
+            return self._ainsert_many(conn, every, on_duplicate)
         if isinstance(conn, psycopg.Connection | psycopg.Cursor):
-            inserted = store.insert_tasks(conn, columns)
+            if every and not any(p["unique_key"] for p in every):
+                copied = store.copy_tasks(conn, every)
+                if copied is not None:
+                    return copied
+            inserted = store.insert_tasks(conn, _columns(every))
             missing = _unmatched(every, inserted)
             found = store.find_live_tasks(conn, missing) if missing else {}
             return _ids_in_order(every, inserted, found, on_duplicate)
         raise TypeError(f"enqueue needs a psycopg connection or cursor, got {type(conn).__name__}")
 
     async def _ainsert_many(
-        self,
-        conn: store.AsyncTarget,
-        columns: dict[str, list[Any]],
-        every: list[dict[str, Any]],
-        on_duplicate: str,
+        self, conn: store.AsyncTarget, every: list[dict[str, Any]], on_duplicate: str
     ) -> list[int]:
-        inserted = await store.ainsert_tasks(conn, columns)
+        if every and not any(p["unique_key"] for p in every):
+            copied = await store.acopy_tasks(conn, every)
+            if copied is not None:
+                return copied
+        inserted = await store.ainsert_tasks(conn, _columns(every))
         missing = _unmatched(every, inserted)
         found = await store.afind_live_tasks(conn, missing) if missing else {}
         return _ids_in_order(every, inserted, found, on_duplicate)
@@ -542,6 +516,28 @@ class App:
     ) -> int:
         """``await app.aenqueue(aconn, ...)``: the async spelling of :meth:`enqueue`."""
         return await self.enqueue(conn, task_type, payload, **options)
+
+
+_COLUMNS = {
+    "task_types": "task_type",
+    "queues": "queue",
+    "biz_ids": "biz_id",
+    "payloads": "payload",
+    "priorities": "priority",
+    "scheduled_ats": "scheduled_at",
+    "delays": "delay",
+    "max_retry_counts": "max_retry_count",
+    "timeouts": "timeout_seconds",
+    "trace_ids": "trace_id",
+    "unique_keys": "unique_key",
+    "ordering_keys": "ordering_key",
+    "parent_ids": "parent_id",
+}
+
+
+def _columns(every: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Per-item params as the parallel arrays insert_tasks unnests."""
+    return {column: [p[key] for p in every] for column, key in _COLUMNS.items()}
 
 
 def _duplicate(key: tuple[str, str], existing: int, on_duplicate: str) -> int:

@@ -7,6 +7,7 @@ async and take a connection from the worker's pool; CLI functions are sync.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, LiteralString
@@ -83,6 +84,47 @@ async def ainsert_tasks(target: AsyncTarget, params: Mapping[str, Any]) -> list[
     async with _async_cursor(target) as cur:
         await cur.execute(query("insert_tasks"), params)
         return await cur.fetchall()
+
+
+def _copy_row(task_id: int, p: Mapping[str, Any], now: dt.datetime) -> tuple[Any, ...]:
+    scheduled = p["scheduled_at"] or now
+    if p["delay"]:
+        scheduled = scheduled + dt.timedelta(seconds=p["delay"])
+    return (
+        task_id, p["task_type"], p["queue"], p["biz_id"], p["payload"], p["priority"], scheduled,
+        p["max_retry_count"], p["timeout_seconds"], p["trace_id"], p["ordering_key"],
+        p["parent_id"],
+    )  # fmt: skip
+
+
+def copy_tasks(target: SyncTarget, items: Sequence[Mapping[str, Any]]) -> list[int] | None:
+    """COPY the items (none may have a unique key); their ids in order, or None when this role
+    may not set ids (then use insert_tasks). Scheduled times use the database clock."""
+    with _sync_cursor(target) as cur:
+        cur.execute(query("reserve_task_ids"), {"n": len(items)})
+        row = cur.fetchone()
+        assert row is not None
+        if row["ids"] is None:
+            return None
+        ids: list[int] = row["ids"]
+        with cur.copy(query("copy_tasks")) as copy:
+            for task_id, p in zip(ids, items, strict=True):
+                copy.write_row(_copy_row(task_id, p, row["now"]))
+    return ids
+
+
+async def acopy_tasks(target: AsyncTarget, items: Sequence[Mapping[str, Any]]) -> list[int] | None:
+    async with _async_cursor(target) as cur:
+        await cur.execute(query("reserve_task_ids"), {"n": len(items)})
+        row = await cur.fetchone()
+        assert row is not None
+        if row["ids"] is None:
+            return None
+        ids: list[int] = row["ids"]
+        async with cur.copy(query("copy_tasks")) as copy:
+            for task_id, p in zip(ids, items, strict=True):
+                await copy.write_row(_copy_row(task_id, p, row["now"]))
+    return ids
 
 
 def _key_params(keys: Sequence[tuple[str, str]]) -> dict[str, list[str]]:

@@ -132,3 +132,36 @@ def test_a_one_megabyte_payload_round_trips(dsn: str) -> None:
     stored = rows(dsn, "SELECT payload FROM taskq.tasks WHERE id = %s", (task_id,))[0]
     assert stored["payload"] == big
     assert len(json.dumps(stored["payload"])) > 1024 * 1024
+
+
+def test_bulk_enqueue_by_copy_one_notify_db_clock_and_rollback(dsn: str) -> None:
+    """Without unique keys enqueue_many COPYs the rows: still one NOTIFY per batch, scheduled
+    times from the database clock, and part of the caller's transaction."""
+    app = taskq.App(dsn="unused")
+    at = dt.datetime(2031, 5, 1, tzinfo=dt.UTC)
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN taskq_tasks")
+        with psycopg.connect(dsn) as conn:
+            with conn.transaction():
+                ids = app.enqueue_many(
+                    conn,
+                    [{"task_type": "b.now", "biz_id": str(i)} for i in range(500)]
+                    + [
+                        {"task_type": "b.later", "delay": 3600},
+                        {"task_type": "b.at", "scheduled_at": at},
+                    ],
+                )
+                db_now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+            with pytest.raises(RuntimeError), conn.transaction():
+                app.enqueue_many(conn, [{"task_type": "b.gone"}] * 10)
+                raise RuntimeError("rollback")
+        notes = list(listener.notifies(timeout=1.0, stop_after=5))
+    assert len(notes) == 1 and json.loads(notes[0].payload) == ["default"]
+    assert ids == sorted(ids) and len(ids) == 502
+    stored = {r["id"]: r for r in rows(dsn, "SELECT * FROM taskq.tasks")}
+    assert set(stored) == set(ids)  # the rolled-back batch left nothing
+    assert [stored[i]["biz_id"] for i in ids[:500]] == [str(i) for i in range(500)]
+    assert stored[ids[0]]["scheduled_at"] == db_now
+    assert stored[ids[500]]["scheduled_at"] == db_now + dt.timedelta(hours=1)
+    assert stored[ids[501]]["scheduled_at"] == at
+    assert stored[ids[0]]["trace_id"] != stored[ids[1]]["trace_id"]

@@ -49,3 +49,22 @@ FROM taskq.tasks AS t
 JOIN unnest(%(task_types)s::text[], %(unique_keys)s::text[]) AS k(task_type, unique_key)
   ON t.task_type = k.task_type AND t.unique_key = k.unique_key
 WHERE t.status IN ('PENDING', 'PROCESSING', 'FAILED');
+
+-- name: reserve_task_ids
+-- The ids for a COPY batch, in order, and the database clock for its scheduled times. When the
+-- role may not set ids (taskq_enqueuer has no INSERT on the id column: least privilege) the
+-- ids come back NULL and the caller uses insert_tasks instead.
+SELECT CASE
+           WHEN has_column_privilege('taskq.tasks', 'id', 'INSERT')
+            AND has_sequence_privilege(pg_get_serial_sequence('taskq.tasks', 'id'), 'USAGE')
+           THEN (SELECT array_agg(v ORDER BY v)
+                 FROM (SELECT nextval(pg_get_serial_sequence('taskq.tasks', 'id')) AS v
+                       FROM generate_series(1, %(n)s)) AS reserved)
+       END AS ids,
+       now() AS now;
+
+-- name: copy_tasks
+-- Bulk enqueue without unique keys: COPY takes PostgreSQL's multi-row insert path, about twice
+-- as fast per row as INSERT ... SELECT. The statement trigger still sends one NOTIFY.
+COPY taskq.tasks (id, task_type, queue, biz_id, payload, priority, scheduled_at, max_retry_count,
+                  timeout_seconds, trace_id, ordering_key, parent_id) FROM STDIN;
