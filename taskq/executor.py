@@ -23,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from taskq import store
+from taskq import logs, store
 from taskq.app import Task
 from taskq.context import TaskContext
 from taskq.errors import LeaseLost, Permanent, Retry
@@ -91,7 +91,8 @@ class Executor:
         }
         if self._log_payloads:
             bound["payload"] = task.payload
-        with structlog.contextvars.bound_contextvars(**bound):
+        token = logs.TASK_FIELDS.set(bound)
+        try:
             log.debug("task_started", queue=task.queue)
             started = time.monotonic()
             try:
@@ -107,6 +108,8 @@ class Executor:
                 if ctx._reporter is not None:
                     ctx._reporter.cancel()
                 raise
+        finally:
+            logs.TASK_FIELDS.reset(token)
 
     async def _run_async(
         self,

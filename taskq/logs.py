@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from contextvars import ContextVar
+from typing import Any, Literal
 
 import structlog
 
@@ -23,6 +24,24 @@ _LEVELS = {
 
 
 _enabled_from = logging.DEBUG  # until configured, structlog prints everything
+
+TASK_FIELDS: ContextVar[dict[str, Any] | None] = ContextVar("taskq_task_fields", default=None)
+"""The running task's keys (task_id, task_type, biz_id, trace_id, attempt, worker_id), set once
+per attempt by the executor. One variable rather than one per key (structlog's
+bound_contextvars): binding six context variables per task was a measurable share of a busy
+worker's time."""
+
+
+def merge_task_fields(
+    logger: Any, method_name: str, event_dict: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """structlog processor: adds the running task's keys to every event logged inside it,
+    including the handler's own. Add it to your chain if you configure structlog yourself."""
+    fields = TASK_FIELDS.get()
+    if fields:
+        for key, value in fields.items():
+            event_dict.setdefault(key, value)
+    return event_dict
 
 
 def enabled(level: int) -> bool:
@@ -49,6 +68,7 @@ def configure(fmt: LogFormat = "auto", level: str = "info") -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            merge_task_fields,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info if use_json else structlog.dev.set_exc_info,

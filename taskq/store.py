@@ -14,7 +14,7 @@ from typing import Any, LiteralString
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 from taskq.errors import InvalidTask
 from taskq.model import ClaimedTask, Finished, Status, TaskOptions
@@ -163,7 +163,9 @@ async def claim_batch(
 ) -> list[ClaimedTask]:
     """Claim for the task types in ``handlers``; their settings fill rows that left
     max_retry_count / timeout_seconds NULL."""
-    async with _async_cursor(conn) as cur:
+    # Plain tuple rows, built straight into ClaimedTask: RETURNING lists its fields in order
+    # (tests/test_units.py checks), and one dict per claimed row was wasted work.
+    async with conn.cursor(row_factory=tuple_row) as cur:
         await cur.execute(
             query("claim_batch"),
             {
@@ -178,7 +180,7 @@ async def claim_batch(
             },
         )
         rows = await cur.fetchall()
-    tasks = [ClaimedTask(**row) for row in rows]
+    tasks = [ClaimedTask(*row) for row in rows]
     # RETURNING has no order; start them in claim order (priority, then age).
     tasks.sort(key=lambda t: (-t.priority, t.scheduled_at, t.id))
     return tasks

@@ -200,11 +200,42 @@ def test_claim_is_an_index_scan_that_ignores_history(conn: psycopg.Connection[An
     assert plan_rows is not None
     plan = plan_rows[0][0]["Plan"]
     text = json.dumps(plan)
+    # The planner must think it cheap: a plan costed past jit_above_cost is JIT-compiled on
+    # every execution (hundreds of milliseconds for a claim that takes one).
+    assert "JIT" not in plan_rows[0][0] and plan["Total Cost"] < 10_000
     assert "tasks_runnable_idx" in text
     assert not _seq_scans(plan, "tasks"), "the claim never scans taskq.tasks sequentially"
     index_scans = _find(plan, "Index Scan", "tasks_runnable_idx")
     # The scan stops after the LIMIT: it never reads the 50,000 finished rows.
     assert index_scans and all(n["Actual Rows"] <= 10 for n in index_scans)
+
+
+def test_completions_go_through_the_primary_key(conn: psycopg.Connection[Any]) -> None:
+    """A bloated tasks_processing_idx (every claim adds an entry, vacuum removes them) must not
+    be where a completion looks, whatever the statistics say."""
+    from taskq.sqlfiles import query
+
+    conn.execute(
+        "INSERT INTO taskq.tasks (task_type, status, finished_at)"
+        " SELECT 't', 'SUCCESS', now() FROM generate_series(1, 30000)"
+    )
+    conn.execute("ANALYZE taskq.tasks")  # statistics: nothing in flight
+    conn.execute(
+        "INSERT INTO taskq.tasks (task_type, status, effective_id)"
+        " SELECT 't', 'PROCESSING', gen_random_uuid() FROM generate_series(1, 2000)"
+    )
+    found = conn.execute(
+        "SELECT id, effective_id FROM taskq.tasks WHERE status = 'PROCESSING' LIMIT 32"
+    ).fetchall()
+    plan_rows = conn.execute(
+        psycopg.sql.SQL("EXPLAIN (FORMAT JSON) ") + psycopg.sql.SQL(query("mark_success_many")),
+        {"ids": [r[0] for r in found], "tokens": [r[1] for r in found]},
+    ).fetchone()
+    assert plan_rows is not None
+    text = json.dumps(plan_rows[0])
+    assert "tasks_pkey" in text and "tasks_processing_idx" not in text
+    assert not _seq_scans(plan_rows[0][0]["Plan"], "tasks")
+    assert plan_rows[0][0]["Plan"]["Total Cost"] < 10_000
 
 
 def _seq_scans(node: dict[str, Any], relation: str) -> list[dict[str, Any]]:

@@ -125,3 +125,14 @@ def test_alert_rules_use_metrics_that_exist() -> None:
     rules = (ROOT / "examples" / "prometheus" / "alerts.yml").read_text()
     used = set(re.findall(r"\b(taskq_[a-z_]+)\b", rules))
     assert used and used <= names, used - names
+
+
+def test_claim_returns_the_claimed_task_fields_in_order() -> None:
+    """claim_batch builds ClaimedTask positionally from the RETURNING clause."""
+    import dataclasses
+
+    from taskq.model import ClaimedTask
+
+    returning = sqlfiles.query("claim_batch").split("RETURNING", 1)[1]
+    names = [re.split(r"\s+AS\s+|\.", col.strip())[-1] for col in returning.split(",")]
+    assert names == [f.name for f in dataclasses.fields(ClaimedTask)]
