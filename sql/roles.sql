@@ -85,6 +85,10 @@ GRANT INSERT (task_type, queue, biz_id, payload, priority, scheduled_at, max_ret
 GRANT SELECT (id, task_type, unique_key, status) ON taskq.tasks TO taskq_enqueuer;
 -- SECURITY INVOKER: it inserts with the caller's own (column) privileges above.
 GRANT EXECUTE ON FUNCTION taskq.enqueue TO taskq_enqueuer, taskq_worker, taskq_operator;
+-- Bulk enqueue by COPY reserves ids from the identity sequence first (enqueue_many, child
+-- tasks in bulk). The worker and the operator may insert any column anyway; the enqueuer may
+-- not choose ids, so its enqueue_many takes the INSERT ... SELECT path instead.
+GRANT USAGE ON SEQUENCE taskq.tasks_id_seq TO taskq_worker, taskq_operator;
 
 -- Every table of schema taskq, one line each: what the worker may do with it, and what the
 -- operator may do besides SELECT (the operator reads every table listed). Why some of them:

@@ -430,3 +430,19 @@ def test_operator_role_operates_dead_letters_with_an_audit(
         operator,
         "INSERT INTO taskq.task_executed (task_type, biz_id, task_id) VALUES ('a', 'b', 1)",
     )
+
+
+def test_bulk_enqueue_path_by_role(roles_dsn: str, login_as: LoginAs) -> None:
+    """enqueue_many COPYs for roles that may set ids (worker, operator) and falls back to
+    INSERT ... SELECT for the enqueuer, which may not: both work, ids in order."""
+    from taskq import store
+
+    for role in ("taskq_worker", "taskq_operator", "taskq_enqueuer"):
+        with psycopg.connect(login_as(role)) as conn:
+            probe = taskq.App(dsn="unused")._many_params([{"task_type": "bulk.probe"}])
+            may_copy = store.copy_tasks(conn, probe)
+            conn.rollback()
+            ids = taskq.App(dsn="unused").enqueue_many(conn, [{"task_type": "bulk.x"}] * 3)
+            conn.commit()
+            assert ids == sorted(ids) and len(ids) == 3
+            assert (may_copy is None) == (role == "taskq_enqueuer"), role
