@@ -150,6 +150,7 @@ class App:
         self.schedules: dict[str, Schedule] = {}
         self.reconcilers: dict[str, Reconciler] = {}
         self._good_names: set[str] = set()
+        self._default_options: dict[str, TaskOptions] = {}
 
     @property
     def dsn(self) -> str:
@@ -306,7 +307,12 @@ class App:
         """The registered options, or the defaults for a type this app does not handle
         (a producer may enqueue work that another service's workers run)."""
         registered = self.tasks.get(task_type)
-        return registered.options if registered else TaskOptions(task_type=task_type)
+        if registered is not None:
+            return registered.options
+        defaults = self._default_options.get(task_type)
+        if defaults is None:
+            defaults = self._default_options[task_type] = TaskOptions(task_type=task_type)
+        return defaults
 
     # --- enqueue ---------------------------------------------------------------------------
 
