@@ -91,8 +91,16 @@ class PgBouncer:
             path.chmod(0o644)
         self.log_path = self.folder / "pgbouncer.log"
         self._log = self.log_path.open("w")
-        # PgBouncer refuses to run as root; -u makes it drop to an unprivileged user.
-        as_user = ["-u", "nobody"] if os.geteuid() == 0 else []
+        # PgBouncer refuses to run as root; -u makes it drop to an unprivileged user. Behind a
+        # Unix socket (the embedded server) that user must be able to reach the socket: the
+        # owner of the socket's folder.
+        host = str(upstream.get("host") or "")
+        runs_as = "nobody"
+        if host.startswith("/"):
+            import pwd
+
+            runs_as = pwd.getpwuid(os.stat(host).st_uid).pw_name
+        as_user = ["-u", runs_as] if os.geteuid() == 0 else []
         self.proc = subprocess.Popen(
             [binary, *as_user, str(config)], stdout=self._log, stderr=subprocess.STDOUT
         )
