@@ -22,7 +22,6 @@ from rich.table import Table
 
 from taskq import dlq as dlq_ops
 from taskq import logs
-from taskq import stats as stats_ops
 from taskq.app import App, load_app
 from taskq.config import resolve_dsn
 from taskq.db import connect_plain, first_line, session
@@ -596,32 +595,6 @@ def reconcile(
 
 
 # --- stats ---------------------------------------------------------------------------------
-
-
-def render_stats(rows: list[stats_ops.TypeStats]) -> None:
-    table = Table(title="taskq backlog", title_justify="left")
-    for col in ("queue", "task type"):
-        table.add_column(col)
-    for col in ("runnable", "PENDING", "PROCESSING", "FAILED", "DEAD_LETTER", "SUCCESS"):
-        table.add_column(col, justify="right")
-    table.add_column("oldest runnable", justify="right")
-    for r in rows:
-        c = r.counts
-        table.add_row(
-            r.queue,
-            r.task_type,
-            str(r.runnable),
-            str(c["PENDING"]),
-            str(c["PROCESSING"]),
-            str(c["FAILED"]),
-            f"[red]{c['DEAD_LETTER']}[/red]" if c["DEAD_LETTER"] else "0",
-            str(c["SUCCESS"]),
-            age(r.oldest_runnable_seconds),
-        )
-    if not rows:
-        out.print("no tasks")
-        return
-    out.print(table)
 
 
 # --- dlq -----------------------------------------------------------------------------------

@@ -50,6 +50,12 @@ def stats(minutes: int, dsn: str | None, as_json: bool) -> None:
     if as_json:
         print_json(report.as_dict())
         return
+    render_report(report)
+
+
+def render_report(report: stats_ops.Report) -> None:
+    """The human form of `taskq stats` (also printed at the end of `taskq demo`)."""
+    minutes = report.minutes
     level = Level(int(report.protection["level"]))
     colour = "green" if level == Level.NORMAL else ("yellow" if level < Level.DEGRADED else "red")
     out.print(

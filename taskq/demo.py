@@ -204,9 +204,10 @@ def run(dsn: str | None, *, budget_seconds: float, console: Console) -> int:
     started = time.monotonic()
     settled = asyncio.run(_run(app, target, budget_seconds, console))
     elapsed = time.monotonic() - started
-    from taskq.cli import render_stats
+    from taskq.cli_ops import render_report
 
-    render_stats(stats_ops.backlog(target))
+    console.print("\n[bold]taskq stats[/bold] (what `taskq stats` shows):")
+    render_report(stats_ops.report(target, minutes=15))
     dead = dlq.list_dead(target, limit=10)
     if dead:
         console.print(
@@ -229,11 +230,18 @@ def _explain_semantics(dsn: str, console: Console) -> None:
         pipeline = store.demo_pipeline(conn)
     console.print(
         f"idempotent: 'demo.points' was delivered 3 times for biz_id order-100; "
-        f"the account got {points} points (10 once)."
+        f"the account got {points} points (10 once).",
+        soft_wrap=True,
     )
     if pipeline is not None:
+        data = pipeline["context"]["data"]
+        stages = ", ".join(
+            f"{stage} by {data[stage]}"
+            for stage in ("extract", "transform", "render", "publish")
+            if stage in data
+        )
         console.print(
             f"checkpoints: 'demo.pipeline' failed after stage 2 and was retried "
-            f"{pipeline['retry_count']} time(s); its saved context shows which attempt ran "
-            f"each stage: {pipeline['context']['data']}"
+            f"{pipeline['retry_count']} time(s), skipping the stages already done: {stages}",
+            soft_wrap=True,
         )

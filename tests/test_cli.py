@@ -254,3 +254,20 @@ def test_payload_limit_from_the_environment(dsn: str) -> None:
     assert_one_line_error(result, 1, "the limit is 1000 bytes")
     assert rows(dsn, "SELECT count(*) AS n FROM taskq.tasks")[0]["n"] == 0
     assert taskq_cli("enqueue", "x.y", "--payload", big, "--dsn", dsn).returncode == 0
+
+
+def test_demo_runs_to_the_end(dsn: str) -> None:
+    """The tour: every task settles, exactly-once and checkpoints are shown, stats printed."""
+    result = taskq_cli("demo", "--dsn", dsn, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    out = result.stdout
+    assert "all tasks settled" in out
+    assert "the account got 10 points (10 once)" in out
+    assert (
+        "extract by attempt 0, transform by attempt 0, render by attempt 1, "
+        "publish by attempt 1" in out
+    )
+    assert "taskq stats" in out and "demo.report" in out
+    assert (
+        rows(dsn, "SELECT count(*) AS n FROM taskq.tasks WHERE status = 'DEAD_LETTER'")[0]["n"] == 2
+    )
