@@ -251,6 +251,18 @@ def _target(name: str | None, queue: str | None) -> tuple[switches.Kind, str]:
     return ("queue", queue) if queue is not None else ("task_type", name)  # type: ignore[return-value]
 
 
+def _switch(
+    action: str, task_type: str | None, queue: str | None, note: str | None, dsn: str | None
+) -> None:
+    kind, name = _target(task_type, queue)
+    flip = switches.pause if action == "pause" else switches.resume
+    changed = flip(resolve_dsn(dsn), kind=kind, name=name, note=note)
+    what = f"{kind.replace('_', ' ')} {name}"
+    done = "paused" if action == "pause" else "resumed"
+    already = "was already paused" if action == "pause" else "was not paused"
+    click.echo(f"{done} {what}" if changed else f"{what} {already}")
+
+
 @cli.command()
 @click.argument("task_type", required=False)
 @click.option("--queue", default=None, help="Pause a whole queue instead of one task type.")
@@ -258,13 +270,7 @@ def _target(name: str | None, queue: str | None) -> tuple[switches.Kind, str]:
 @dsn_option
 def pause(task_type: str | None, queue: str | None, note: str | None, dsn: str | None) -> None:
     """Stop consuming a task type (or --queue): its backlog waits, nothing fails or is lost."""
-    kind, name = _target(task_type, queue)
-    changed = switches.pause(resolve_dsn(dsn), kind=kind, name=name, note=note)
-    click.echo(
-        f"paused {kind.replace('_', ' ')} {name}"
-        if changed
-        else f"{kind.replace('_', ' ')} {name} was already paused"
-    )
+    _switch("pause", task_type, queue, note, dsn)
 
 
 @cli.command()
@@ -274,13 +280,7 @@ def pause(task_type: str | None, queue: str | None, note: str | None, dsn: str |
 @dsn_option
 def resume(task_type: str | None, queue: str | None, note: str | None, dsn: str | None) -> None:
     """Consume a paused task type (or --queue) again; its backlog drains."""
-    kind, name = _target(task_type, queue)
-    changed = switches.resume(resolve_dsn(dsn), kind=kind, name=name, note=note)
-    click.echo(
-        f"resumed {kind.replace('_', ' ')} {name}"
-        if changed
-        else f"{kind.replace('_', ' ')} {name} was not paused"
-    )
+    _switch("resume", task_type, queue, note, dsn)
 
 
 # --- circuit -------------------------------------------------------------------------------

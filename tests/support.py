@@ -254,3 +254,24 @@ def execute(dsn: str, statement: str) -> None:
     """Run DDL or several statements (simple query protocol, no parameters)."""
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute(statement.encode())
+
+
+async def wakeup_latencies(
+    dsn: str, started: dict[int, float], arrived: asyncio.Event, *, count: int
+) -> list[float]:
+    """Insert ``count`` 'job.ping' tasks one at a time with a bare INSERT and return, for each,
+    seconds from just before COMMIT to the handler's first line (the handler records
+    ``started[payload["n"]] = time.monotonic()`` and sets ``arrived``)."""
+    latencies = []
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        for n in range(count):
+            arrived.clear()
+            await conn.execute(
+                "INSERT INTO taskq.tasks (task_type, payload) VALUES ('job.ping', %s)",
+                (psycopg.types.json.Jsonb({"n": n}),),
+            )
+            before_commit = time.monotonic()
+            await conn.commit()
+            await asyncio.wait_for(arrived.wait(), timeout=10)
+            latencies.append(started[n] - before_commit)
+    return latencies

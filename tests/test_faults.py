@@ -31,6 +31,7 @@ from tests.support import (
     status_of,
     wait_until,
     wait_until_sync,
+    wakeup_latencies,
 )
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(180)]
@@ -240,18 +241,7 @@ async def test_terminated_backends_reconnect_and_wake_fast(dsn: str) -> None:
         names = {r["application_name"] for r in terminated}
         assert names == {f"taskq-listen-{os.getpid()}", f"taskq-worker-{os.getpid()}"}
         await asyncio.wait_for(worker.notifier.reconnected.wait(), 15)
-        latencies = []
-        async with await psycopg.AsyncConnection.connect(dsn) as conn:
-            for n in range(15):
-                arrived.clear()
-                await conn.execute(
-                    "INSERT INTO taskq.tasks (task_type, payload) VALUES ('job.ping', %s)",
-                    (psycopg.types.json.Jsonb({"n": n}),),
-                )
-                before = time.monotonic()
-                await conn.commit()
-                await asyncio.wait_for(arrived.wait(), timeout=10)
-                latencies.append(started[n] - before)
+        latencies = await wakeup_latencies(dsn, started, arrived, count=15)
         # The first claim after the kill may meet a dead pooled connection and back off once;
         # after that, dispatch is NOTIFY-fast again.
         median_ms = statistics.median(latencies[1:]) * 1000

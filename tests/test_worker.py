@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 import taskq
-from tests.support import all_in, rows, status_of, wait_until
+from tests.support import all_in, rows, status_of, wait_until, wakeup_latencies
 
 
 async def enqueue(dsn: str, app: taskq.App, task_type: str, payload: Any = None, **kw: Any) -> int:
@@ -163,18 +163,7 @@ async def test_listen_wakes_an_idle_worker_fast(dsn: str, worker_factory: Any) -
         arrived.set()
 
     await worker_factory(app, poll_interval_seconds=30)
-    latencies = []
-    async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        for n in range(20):
-            arrived.clear()
-            await conn.execute(
-                "INSERT INTO taskq.tasks (task_type, payload) VALUES ('job.ping', %s)",
-                (psycopg.types.json.Jsonb({"n": n}),),
-            )
-            before_commit = time.monotonic()
-            await conn.commit()
-            await asyncio.wait_for(arrived.wait(), timeout=5)
-            latencies.append(started[n] - before_commit)
+    latencies = await wakeup_latencies(dsn, started, arrived, count=20)
     median_ms = statistics.median(latencies) * 1000
     print(f"LISTEN wake-up: median {median_ms:.2f} ms, max {max(latencies) * 1000:.2f} ms")
     assert median_ms < 50, f"median wake-up {median_ms:.1f} ms; all: {latencies}"
