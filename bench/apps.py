@@ -41,6 +41,13 @@ def noop_sync(ctx: taskq.TaskContext, payload: JSON) -> None:
     pass
 
 
+@app.task("bench.fail", max_retry_count=0)
+async def fail(ctx: taskq.TaskContext, payload: JSON) -> None:
+    """Every run fails (the failure-storm scenario): one attempt, then DEAD_LETTER, written by
+    the same batched failure statement a retry would be."""
+    raise RuntimeError("downstream unavailable")
+
+
 @app.task("bench.latency")
 async def latency(ctx: taskq.TaskContext, payload: JSON) -> None:
     started_ns = time.time_ns()  # first: the moment the handler began

@@ -34,7 +34,7 @@ from bench.harness import (
     reset_tasks,
     settle,
 )
-from taskq.sqlfiles import query
+from taskq.db.sqlfiles import query
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
@@ -66,6 +66,7 @@ def claim_params(batch: int, worker_id: str) -> dict[str, Any]:
             "worker_id": worker_id,
             "retries_only": False,  # normal operation: no protection level, no breaker probe
             "probe": False,
+            "isolated": False,  # a normal batch: rows marked isolate wait for the isolator
         },
     )
 
@@ -74,7 +75,7 @@ def client(dsn: str, batch: int, worker_id: str) -> dict[str, Any]:
     claim = query("claim_batch")
     complete = query("mark_success_many")
     params = claim_params(batch, worker_id)
-    statement_params("mark_success_many", {"ids": [], "tokens": []})  # still ids + tokens?
+    statement_params("mark_success_many", {"ids": [], "tokens": [], "outcome": "success"})
     tasks = claims = 0
     with connect(dsn) as conn:
         conn.execute("SELECT 1")
@@ -90,7 +91,11 @@ def client(dsn: str, batch: int, worker_id: str) -> dict[str, Any]:
                 claims += 1
                 if not rows:
                     break
-                done = {"ids": [r["id"] for r in rows], "tokens": [r["effective_id"] for r in rows]}
+                done = {
+                    "ids": [r["id"] for r in rows],
+                    "tokens": [r["effective_id"] for r in rows],
+                    "outcome": "success",
+                }
                 cur.execute(complete, done).fetchall()
                 tasks += len(rows)
         end_ns = time.time_ns()

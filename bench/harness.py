@@ -133,7 +133,7 @@ def server_info(dsn: str) -> dict[str, Any]:
 def taskq_command() -> list[str]:
     """The installed ``taskq`` console script beside this interpreter, else the module."""
     script = Path(sys.executable).parent / "taskq"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "taskq.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "taskq"]
 
 
 def worker_supports_processes() -> bool:

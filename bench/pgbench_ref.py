@@ -18,7 +18,7 @@ from psycopg import sql
 
 from bench.ceiling import claim_params, statement_params
 from bench.harness import Measurement, Skipped, connect, reset_tasks, settle
-from taskq.sqlfiles import query
+from taskq.db.sqlfiles import query
 
 PGBENCH_FALLBACK = Path("/usr/lib/postgresql/15/bin/pgbench")
 NO_TOKEN = "00000000-0000-0000-0000-000000000000"
@@ -45,7 +45,7 @@ def script() -> str:
     for name, value in claim_params(1, "pgbench").items():
         claim = claim.replace(f"%({name})s", sql.Literal(value).as_string())
     claim = one_line(claim).replace(
-        "RETURNING t.id,", "RETURNING t.id AS claimed_id, t.effective_id AS token,", 1
+        "SELECT c.id,", "SELECT c.id AS claimed_id, c.effective_id AS token, c.id,", 1
     )
     complete = query("mark_success_many")
     statement_params("mark_success_many", {"ids": None, "tokens": None})  # still ids + tokens?

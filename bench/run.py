@@ -53,7 +53,16 @@ from bench.scenarios import Context
 
 RESULTS = REPO / "bench" / "results"
 REVISION_ENV = "TASKQ_BENCH_REVISION"
-CORE = ["enqueue-single", "enqueue-bulk", "drain", "latency", "table-growth", "memory", "ceiling"]
+CORE = [
+    "enqueue-single",
+    "enqueue-bulk",
+    "drain",
+    "latency",
+    "table-growth",
+    "memory",
+    "failure-storm",
+    "ceiling",
+]
 OPT_IN = ["pgbench", "peer", "profile"]
 
 Scenario = Callable[[Context], list[Measurement]]
@@ -77,7 +86,14 @@ def build_scenarios(args: argparse.Namespace, dbs: Databases) -> dict[str, Scena
         return pgbench_ref.run_pgbench(ctx.dsn, ctx.log_dir, quick=ctx.quick, say=ctx.say)
 
     def peer(ctx: Context) -> list[Measurement]:
-        return peer_pgqueuer.run_peer(dbs.create, ctx.log_dir, quick=ctx.quick, say=ctx.say)
+        return peer_pgqueuer.run_peer(
+            dbs.create,
+            ctx.log_dir,
+            quick=ctx.quick,
+            say=ctx.say,
+            repeat=ctx.repeat,
+            sizes=ctx.sizes,
+        )
 
     def profile(ctx: Context) -> list[Measurement]:
         from bench.profile import profile_drain
@@ -93,6 +109,7 @@ def build_scenarios(args: argparse.Namespace, dbs: Databases) -> dict[str, Scena
         "latency": scenarios.latency,
         "table-growth": scenarios.table_growth,
         "memory": scenarios.memory,
+        "failure-storm": scenarios.failure_storm,
         "ceiling": run_ceiling,
         "pgbench": pgbench,
         "peer": peer,
@@ -141,6 +158,73 @@ def ceiling_ratios(results: list[Measurement]) -> list[Measurement]:
                 f"{m.value:,.0f} / {best.value:,.0f} tasks/s",
             )
         )
+    return out
+
+
+def peer_ratios(results: list[Measurement]) -> list[Measurement]:
+    """taskq against PgQueuer, measured in this run: drains of the same size and process count
+    (taskq's 100 slots against PgQueuer's batch 100), enqueues, CPU per task. Above 1.00x taskq
+    is faster (for CPU per task: PgQueuer's CPU / taskq's, so above 1.00x taskq spends less)."""
+    peers = [m for m in results if m.scenario == "peer" and m.value]
+    out: list[Measurement] = []
+
+    def add(case: str, ours: float, theirs: float, detail: str) -> None:
+        out.append(
+            Measurement(
+                "vs PgQueuer",
+                case,
+                round(ours / theirs, 3) if theirs else None,
+                "x",
+                {"taskq": ours, "pgqueuer": theirs},
+                detail,
+            )
+        )
+
+    for m in results:
+        if m.scenario != "drain" or not m.value or m.details.get("slots") != 100:
+            continue
+        if m.details.get("separate_processes") and m.details["processes"] > 1:
+            continue
+        tasks, procs = m.details["tasks"], m.details["processes"]
+        for p in peers:
+            d = p.details
+            if (d.get("tasks"), d.get("processes"), d.get("batch_size")) != (tasks, procs, 100):
+                continue
+            assert p.value is not None
+            add(
+                f"drain {tasks:,}, {procs} proc (100 slots / batch 100)",
+                m.value,
+                p.value,
+                f"{m.value:,.0f} / {p.value:,.0f} tasks/s",
+            )
+            ours_cpu = m.details.get("worker_cpu_us_per_task")
+            theirs_cpu = d.get("worker_cpu_us_per_task")
+            if ours_cpu and theirs_cpu:
+                add(
+                    f"worker CPU/task, drain {tasks:,}, {procs} proc (theirs / ours)",
+                    theirs_cpu,
+                    ours_cpu,
+                    f"{ours_cpu:.1f} us (taskq) vs {theirs_cpu:.1f} us",
+                )
+            ours_db, theirs_db = m.details.get("db_cpu_us_per_task"), d.get("db_cpu_us_per_task")
+            if ours_db and theirs_db:
+                add(
+                    f"db CPU/task, drain {tasks:,}, {procs} proc (theirs / ours)",
+                    theirs_db,
+                    ours_db,
+                    f"{ours_db:.1f} us (taskq) vs {theirs_db:.1f} us",
+                )
+    pairs = (
+        ("enqueue-single", "app.enqueue", "1 job per call", "enqueue, 1 per transaction"),
+        ("enqueue-bulk", "app.enqueue_many", "lists of 1,000", "enqueue, 1,000 per call"),
+    )
+    for scenario, ours_case, theirs_case, label in pairs:
+        ours = next(
+            (m for m in results if m.scenario == scenario and m.case.startswith(ours_case)), None
+        )
+        theirs = next((p for p in peers if theirs_case in p.case), None)
+        if ours and theirs and ours.value and theirs.value:
+            add(label, ours.value, theirs.value, f"{ours.value:,.0f} / {theirs.value:,.0f} /s")
     return out
 
 
@@ -272,6 +356,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="benchmark the committed revision REV (e.g. HEAD) from a temporary copy, so edits "
         "to the working tree during the run change nothing; this bench/ harness is used",
     )
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="drain backlog sizes, taskq's and the peer's (default 20000 100000; quick 5000)",
+    )
+    parser.add_argument(
+        "--drain-slots",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="slots per worker in the drain scenario (default 32 100)",
+    )
     parser.add_argument("--keep-db", action="store_true", help="do not drop the databases")
     return parser.parse_args(argv)
 
@@ -365,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     names = selected(args)
     try:
         dsn = dbs.create("taskq")
-        from taskq.migrate import upgrade
+        from taskq.db.migrate import upgrade
 
         upgrade(dsn)
         ctx = Context(
@@ -375,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
             console=console,
             processes_flag=meta["worker_has_processes_flag"],
             repeat=max(1, args.repeat),
+            sizes=args.sizes,
+            slots=args.drain_slots,
         )
         table = build_scenarios(args, dbs)
         for name in names:
@@ -395,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                 m.details.setdefault("scenario_seconds", round(time.monotonic() - t0, 1))
             results.extend(found)
         results.extend(ceiling_ratios(results))
+        results.extend(peer_ratios(results))
     finally:
         if args.keep_db:
             console.log(f"kept databases: {', '.join(dbs.created)}")

@@ -6,6 +6,7 @@ from taskq.app import App, EnqueueItem, Task
 from taskq.context import TaskContext
 from taskq.errors import (
     AlreadyEnqueued,
+    Cancelled,
     ConfigError,
     DatabaseUnavailable,
     InvalidTask,
@@ -13,16 +14,19 @@ from taskq.errors import (
     PayloadError,
     Permanent,
     Retry,
+    SchemaMissing,
     TaskNotFound,
     TaskqError,
     UnknownTaskType,
 )
 from taskq.model import Status
-from taskq.worker import Worker, WorkerSettings
+from taskq.settings import WorkerSettings
+from taskq.worker.worker import Worker
 
 __all__ = [
     "AlreadyEnqueued",
     "App",
+    "Cancelled",
     "ConfigError",
     "DatabaseUnavailable",
     "EnqueueItem",
@@ -31,6 +35,7 @@ __all__ = [
     "PayloadError",
     "Permanent",
     "Retry",
+    "SchemaMissing",
     "Status",
     "Task",
     "TaskContext",

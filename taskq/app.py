@@ -1,6 +1,7 @@
 """The App: a registry of task handlers, schedules and reconcilers, and the enqueue API.
 
-Enqueueing always happens on the *caller's* psycopg connection, so the task row joins the
+Enqueueing always happens on the *caller's* connection (psycopg 3, or a SQLAlchemy session,
+Django connection or asyncpg connection: ``taskq.integrations``), so the task row joins the
 caller's open transaction: it exists if and only if the business change commits.
 """
 
@@ -10,27 +11,35 @@ import datetime as dt
 import inspect
 import math
 import os
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal, TypedDict, Unpack, overload
+from typing import Any, Literal, TypedDict, TypeVar, Unpack, overload
 
 import psycopg
 
-from taskq import store
-from taskq.config import resolve_dsn
+from taskq import integrations, tracing
 from taskq.context import TaskContext
+from taskq.db import store
+from taskq.db.store._base import schema_required
 from taskq.errors import AlreadyEnqueued, ConfigError, InvalidTask, TaskqError
 from taskq.model import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_QUEUE,
     JSON,
+    MAX_TRACE_ID_LENGTH,
+    FlowLimits,
+    Status,
     TaskOptions,
+    check_key,
     check_name,
     check_priority,
     encode_payload,
     new_trace_id,
+    parse_rate,
 )
 from taskq.schedules import CatchUp, Schedule, parse_every, parse_spec
+
+_T = TypeVar("_T")
 
 Handler = Callable[[TaskContext, JSON], Any]
 """``fn(ctx, payload)``; a plain function or an ``async def``."""
@@ -57,6 +66,7 @@ class EnqueueOptions(TypedDict, total=False):
     on_duplicate: OnDuplicate
     ordering_key: str | None
     parent_id: int | None
+    concurrency_key: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +85,7 @@ class EnqueueItem:
     unique_key: str | None = None
     ordering_key: str | None = None
     parent_id: int | None = None
+    concurrency_key: str | None = None
 
 
 _ITEM_FIELDS = frozenset(f.name for f in fields(EnqueueItem))
@@ -126,6 +137,11 @@ class Task:
         **options: Unpack[EnqueueOptions],
     ) -> int: ...
 
+    @overload
+    def enqueue(
+        self, conn: object, payload: JSON = None, **options: Unpack[EnqueueOptions]
+    ) -> Any: ...
+
     def enqueue(
         self, conn: Any, payload: JSON = None, **options: Unpack[EnqueueOptions]
     ) -> int | Coroutine[Any, Any, int]:
@@ -139,24 +155,20 @@ class App:
     """The task registry, and the entry point for enqueueing.
 
     ``dsn`` is only needed by whoever runs workers or CLI commands through this app; enqueueing
-    uses the connection you pass. Without ``dsn``, ``TASKQ_DSN`` is used, else the embedded
-    server (started on first use).
+    uses the connection you pass. Without ``dsn``, ``TASKQ_DSN`` is used (read here, once).
+    ``app.dsn`` is None when neither is set: the worker or the CLI then falls back to the
+    embedded server when it starts, never this object (constructing or reading an App starts
+    nothing).
     """
 
     def __init__(self, dsn: str | None = None, *, max_payload_bytes: int | None = None) -> None:
-        self._dsn = dsn
+        self.dsn: str | None = dsn or os.environ.get("TASKQ_DSN") or None
         self.max_payload_bytes = max_payload_bytes or _env_payload_limit()
         self.tasks: dict[str, Task] = {}
         self.schedules: dict[str, Schedule] = {}
         self.reconcilers: dict[str, Reconciler] = {}
         self._good_names: set[str] = set()
         self._default_options: dict[str, TaskOptions] = {}
-
-    @property
-    def dsn(self) -> str:
-        if self._dsn is None:
-            self._dsn = resolve_dsn(None)
-        return self._dsn
 
     # --- registry --------------------------------------------------------------------------
 
@@ -172,6 +184,11 @@ class App:
         retry_jitter: float = 30.0,
         idempotent: bool = False,
         essential: bool = False,
+        max_running: int | None = None,
+        max_running_per_key: int | None = None,
+        rate: str | None = None,
+        burst: float | None = None,
+        fair: bool = False,
     ) -> Callable[[Handler], Task]:
         """Register ``fn(ctx, payload)`` as the handler of ``task_type``.
 
@@ -180,6 +197,13 @@ class App:
         handler in one transaction with the (task_type, biz_id) dedup row and the SUCCESS update
         (``ctx.conn`` / ``ctx.aconn``): its business writes commit exactly once per biz_id.
         ``essential=True`` keeps the type running when protection is at L2 (DEGRADED).
+
+        Flow control, cluster-wide and exact (``taskq limits set`` changes it at run time):
+        ``max_running`` caps the attempts of this type running at once across every worker;
+        ``rate="20/s"`` (or ``/m``, ``/h``) caps attempt starts, with a token bucket of
+        ``burst`` tokens (default: one second's worth); ``max_running_per_key`` caps the running
+        attempts per ``concurrency_key`` (set at enqueue); ``fair=True`` claims round-robin
+        across keys. Tasks held back by a limit stay PENDING, never failed.
         """
         check_name("task type", task_type)
         check_name("queue", queue)
@@ -190,6 +214,7 @@ class App:
             raise ConfigError("timeout must be > 0 seconds")
         if retry_delay < 0 or retry_jitter < 0:
             raise ConfigError("retry_delay and retry_jitter must be >= 0")
+        flow = _flow_limits(max_running, max_running_per_key, rate, burst, fair)
         options = TaskOptions(
             task_type=task_type,
             queue=queue,
@@ -200,6 +225,7 @@ class App:
             retry_jitter_seconds=float(retry_jitter),
             idempotent=idempotent,
             essential=essential,
+            limits=flow,
         )
 
         def register(fn: Handler) -> Task:
@@ -285,7 +311,7 @@ class App:
         def register(fn: Reconcile) -> Reconcile:
             self.reconcilers[label] = Reconciler(label, task_type, fn, seconds)
             if RECONCILE_TASK not in self.tasks:
-                from taskq.reconcile import reconcile_handler
+                from taskq.ops.reconcile import reconcile_handler
 
                 self.task(RECONCILE_TASK, queue=run_queue, max_retry_count=3)(reconcile_handler)
             self.add_schedule(
@@ -314,6 +340,33 @@ class App:
             defaults = self._default_options[task_type] = TaskOptions(task_type=task_type)
         return defaults
 
+    def type_registry(self) -> list[dict[str, Any]]:
+        """The rows this app writes to ``taskq.task_types`` (the routing registry): every
+        registered type with its queue and options, and every reconciled type (queue and
+        options None when this app does not run it)."""
+        reconciled = {r.task_type for r in self.reconcilers.values()}
+        rows = [
+            {
+                "task_type": t.task_type,
+                "queue": t.options.queue,
+                "max_retry_count": t.options.max_retry_count,
+                "timeout_seconds": t.options.timeout_seconds,
+                "reconciled": t.task_type in reconciled,
+            }
+            for t in self.tasks.values()
+        ]
+        rows += [
+            {
+                "task_type": name,
+                "queue": None,
+                "max_retry_count": None,
+                "timeout_seconds": None,
+                "reconciled": True,
+            }
+            for name in sorted(reconciled - set(self.tasks))
+        ]
+        return rows
+
     # --- enqueue ---------------------------------------------------------------------------
 
     def _name(self, kind: str, value: Any) -> str:
@@ -336,11 +389,15 @@ class App:
         scheduled_at = options.get("scheduled_at")
         priority = options.get("priority")
         queue = options.get("queue")
-        if biz_id is not None and not isinstance(biz_id, str):
-            raise InvalidTask(f"biz_id must be a string, got {type(biz_id).__name__}")
+        check_key("biz_id", biz_id)
         if opts.idempotent and not biz_id:
             raise InvalidTask(f"{task_type!r} is idempotent: enqueue it with a biz_id")
-        if delay is not None and (not isinstance(delay, int | float) or delay < 0):
+        if delay is not None and (
+            isinstance(delay, bool)
+            or not isinstance(delay, int | float)
+            or not math.isfinite(delay)
+            or delay < 0
+        ):
             raise InvalidTask(f"delay must be a number of seconds >= 0, got {delay!r}")
         if scheduled_at is not None and scheduled_at.tzinfo is None:
             raise InvalidTask("scheduled_at must be timezone-aware")
@@ -349,27 +406,38 @@ class App:
             if not biz_id:
                 raise InvalidTask("unique=True uses the biz_id as the key: pass biz_id")
             unique_key = biz_id
-        if unique_key is not None and not isinstance(unique_key, str):
-            raise InvalidTask("unique_key must be a string")
-        ordering_key = options.get("ordering_key")
-        if ordering_key is not None and not isinstance(ordering_key, str):
-            raise InvalidTask("ordering_key must be a string")
+        check_key("unique_key", unique_key)
+        ordering_key = check_key("ordering_key", options.get("ordering_key"))
+        trace_id = check_key("trace_id", options.get("trace_id"), MAX_TRACE_ID_LENGTH)
+        concurrency_key = options.get("concurrency_key")
+        if concurrency_key is not None:
+            check_name("concurrency_key", concurrency_key)
+        traceparent, span_trace_id = tracing.current()
         return {
             "task_type": task_type,
-            "queue": self._name("queue", queue if queue is not None else opts.queue),
+            # A type this app does not handle, enqueued without a queue, goes to NULL: the
+            # routing trigger gives it the queue its workers registered (else 'default').
+            "queue": (
+                self._name("queue", queue)
+                if queue is not None
+                else (opts.queue if registered else None)
+            ),
             "biz_id": biz_id,
             "payload": encode_payload({} if payload is None else payload, self.max_payload_bytes),
             "priority": check_priority(priority if priority is not None else opts.priority),
             "scheduled_at": scheduled_at,
             "delay": float(delay) if delay is not None else None,
-            # A type this app does not handle leaves them NULL: the handler that claims it
-            # fills in its own settings.
+            # A type this app does not handle leaves them NULL: the routing trigger fills in
+            # what its workers registered, else the first claim the handler's settings.
             "max_retry_count": opts.max_retry_count if registered else None,
             "timeout_seconds": opts.timeout_seconds if registered else None,
-            "trace_id": options.get("trace_id") or new_trace_id(),
+            # With OpenTelemetry (taskq[otel]) and a span current, the task joins its trace.
+            "trace_id": trace_id or span_trace_id or new_trace_id(),
+            "traceparent": traceparent,
             "unique_key": unique_key,
             "ordering_key": ordering_key,
             "parent_id": options.get("parent_id"),
+            "concurrency_key": concurrency_key,
         }
 
     @overload
@@ -390,13 +458,25 @@ class App:
         **options: Unpack[EnqueueOptions],
     ) -> int: ...
 
+    @overload
+    def enqueue(
+        self,
+        conn: object,
+        task_type: str,
+        payload: JSON = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Any: ...
+
     def enqueue(
         self, conn: Any, task_type: str, payload: JSON = None, **options: Unpack[EnqueueOptions]
     ) -> int | Coroutine[Any, Any, int]:
         """Insert one task in ``conn``'s current transaction and return its id.
 
         With an async connection (or cursor) this returns a coroutine: ``await
-        app.enqueue(aconn, ...)``. Validation happens before anything is sent, so a bad name,
+        app.enqueue(aconn, ...)``. ``conn`` may also be a SQLAlchemy ``Session`` or
+        ``Connection`` or a Django connection (the id), or an ``AsyncSession``,
+        ``AsyncConnection`` or asyncpg connection (a coroutine): see ``taskq.integrations``.
+        Validation happens before anything is sent, so a bad name,
         priority or payload raises :class:`taskq.InvalidTask` and writes nothing.
 
         ``unique=True`` (key: the biz_id) or ``unique_key=...`` refuses a second *live* task
@@ -410,9 +490,19 @@ class App:
             return self._ainsert_one(conn, params, on_duplicate)
         if isinstance(conn, psycopg.Connection | psycopg.Cursor):
             return self._insert_one(conn, params, on_duplicate)
-        raise TypeError(f"enqueue needs a psycopg connection or cursor, got {type(conn).__name__}")
+        return _through(
+            conn,
+            lambda driver: self._insert_one(driver, params, on_duplicate),
+            lambda driver: self._ainsert_one(driver, params, on_duplicate),
+        )
 
     def _insert_one(self, conn: store.SyncTarget, params: dict[str, Any], on_dup: str) -> int:
+        with schema_required():
+            return self._insert_one_unchecked(conn, params, on_dup)
+
+    def _insert_one_unchecked(
+        self, conn: store.SyncTarget, params: dict[str, Any], on_dup: str
+    ) -> int:
         for _ in range(3):
             new_id = store.insert_task(conn, params)
             if new_id is not None:
@@ -425,6 +515,12 @@ class App:
         raise TaskqError(f"could not enqueue unique task {params['unique_key']!r}: key churning")
 
     async def _ainsert_one(
+        self, conn: store.AsyncTarget, params: dict[str, Any], on_dup: str
+    ) -> int:
+        with schema_required():
+            return await self._ainsert_one_unchecked(conn, params, on_dup)
+
+    async def _ainsert_one_unchecked(
         self, conn: store.AsyncTarget, params: dict[str, Any], on_dup: str
     ) -> int:
         for _ in range(3):
@@ -473,6 +569,15 @@ class App:
         on_duplicate: OnDuplicate = "return",
     ) -> list[int]: ...
 
+    @overload
+    def enqueue_many(
+        self,
+        conn: object,
+        items: Iterable[EnqueueItem | Mapping[str, Any]],
+        *,
+        on_duplicate: OnDuplicate = "return",
+    ) -> Any: ...
+
     def enqueue_many(
         self,
         conn: Any,
@@ -491,17 +596,38 @@ class App:
         if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
             return self._ainsert_many(conn, every, on_duplicate)
         if isinstance(conn, psycopg.Connection | psycopg.Cursor):
-            if every and not any(p["unique_key"] for p in every):
-                copied = store.copy_tasks(conn, every)
-                if copied is not None:
-                    return copied
-            inserted = store.insert_tasks(conn, _columns(every))
-            missing = _unmatched(every, inserted)
-            found = store.find_live_tasks(conn, missing) if missing else {}
-            return _ids_in_order(every, inserted, found, on_duplicate)
-        raise TypeError(f"enqueue needs a psycopg connection or cursor, got {type(conn).__name__}")
+            return self._insert_many(conn, every, on_duplicate)
+        return _through(
+            conn,
+            lambda driver: self._insert_many(driver, every, on_duplicate),
+            lambda driver: self._ainsert_many(driver, every, on_duplicate),
+        )
+
+    def _insert_many(
+        self, conn: store.SyncTarget, every: list[dict[str, Any]], on_duplicate: str
+    ) -> list[int]:
+        with schema_required():
+            return self._insert_many_unchecked(conn, every, on_duplicate)
+
+    def _insert_many_unchecked(
+        self, conn: store.SyncTarget, every: list[dict[str, Any]], on_duplicate: str
+    ) -> list[int]:
+        if every and not any(p["unique_key"] for p in every):
+            copied = store.copy_tasks(conn, every)
+            if copied is not None:
+                return copied
+        inserted = store.insert_tasks(conn, _columns(every))
+        missing = _unmatched(every, inserted)
+        found = store.find_live_tasks(conn, missing) if missing else {}
+        return _ids_in_order(every, inserted, found, on_duplicate)
 
     async def _ainsert_many(
+        self, conn: store.AsyncTarget, every: list[dict[str, Any]], on_duplicate: str
+    ) -> list[int]:
+        with schema_required():
+            return await self._ainsert_many_unchecked(conn, every, on_duplicate)
+
+    async def _ainsert_many_unchecked(
         self, conn: store.AsyncTarget, every: list[dict[str, Any]], on_duplicate: str
     ) -> list[int]:
         if every and not any(p["unique_key"] for p in every):
@@ -521,7 +647,95 @@ class App:
         **options: Unpack[EnqueueOptions],
     ) -> int:
         """``await app.aenqueue(aconn, ...)``: the async spelling of :meth:`enqueue`."""
-        return await self.enqueue(conn, task_type, payload, **options)
+        task_id: int = await self.enqueue(conn, task_type, payload, **options)
+        return task_id
+
+    # --- cancel and business switches ----------------------------------------------------
+
+    @overload
+    def cancel(
+        self,
+        conn: psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any],
+        task_id: int,
+        *,
+        with_children: bool = False,
+        note: str | None = None,
+    ) -> Coroutine[Any, Any, Status]: ...
+
+    @overload
+    def cancel(
+        self,
+        conn: psycopg.Connection[Any] | psycopg.Cursor[Any],
+        task_id: int,
+        *,
+        with_children: bool = False,
+        note: str | None = None,
+    ) -> Status: ...
+
+    def cancel(
+        self,
+        conn: Any,
+        task_id: int,
+        *,
+        with_children: bool = False,
+        note: str | None = None,
+    ) -> Status | Coroutine[Any, Any, Status]:
+        """Cancel a task in ``conn``'s current transaction (a rollback undoes it).
+
+        A PENDING or FAILED task becomes CANCELLED and never runs; a PROCESSING one is asked to
+        abort (its worker cancels an async handler and sets ``ctx.cancelled``), and ends
+        CANCELLED. Returns the status the task has now: CANCELLED, or PROCESSING for an abort
+        requested. A SUCCESS or DEAD_LETTER task raises :class:`taskq.InvalidTask`; an unknown
+        id :class:`taskq.TaskNotFound`. Audited (actor: the database login).
+        """
+        if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
+            return self._acancel(conn, task_id, with_children, note)
+        if isinstance(conn, psycopg.Connection | psycopg.Cursor):
+            rows = store.cancel_tasks(conn, [task_id], with_children=with_children, note=note)
+            return _cancelled_status(rows, task_id)
+        raise TypeError(f"cancel needs a psycopg connection or cursor, got {type(conn).__name__}")
+
+    async def _acancel(
+        self, conn: store.AsyncTarget, task_id: int, with_children: bool, note: str | None
+    ) -> Status:
+        rows = await store.acancel_tasks(conn, [task_id], with_children=with_children, note=note)
+        return _cancelled_status(rows, task_id)
+
+    @overload
+    def switch(
+        self,
+        conn: psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any],
+        name: str,
+        default: bool = True,
+    ) -> Coroutine[Any, Any, bool]: ...
+
+    @overload
+    def switch(
+        self, conn: psycopg.Connection[Any] | psycopg.Cursor[Any], name: str, default: bool = True
+    ) -> bool: ...
+
+    def switch(
+        self, conn: Any, name: str, default: bool = True
+    ) -> bool | Coroutine[Any, Any, bool]:
+        """A business switch, read now (one query; handlers use the cached ``ctx.switch``).
+        A switch nobody ever set is ``default`` (on)."""
+        if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
+            return self._aswitch(conn, name, default)
+        if isinstance(conn, psycopg.Connection | psycopg.Cursor):
+            value = store.switch_get(conn, name)
+            return default if value is None else value
+        raise TypeError(f"switch needs a psycopg connection or cursor, got {type(conn).__name__}")
+
+    async def _aswitch(self, conn: store.AsyncTarget, name: str, default: bool) -> bool:
+        value = await store.aswitch_get(conn, name)
+        return default if value is None else value
+
+
+def _cancelled_status(rows: list[dict[str, Any]], task_id: int) -> Status:
+    for row in rows:
+        if int(row["task_id"]) == task_id:
+            return Status(row["status_to"])
+    raise TaskqError(f"task {task_id}: cancel returned no row")  # the function always returns it
 
 
 _COLUMNS = {
@@ -538,7 +752,25 @@ _COLUMNS = {
     "unique_keys": "unique_key",
     "ordering_keys": "ordering_key",
     "parent_ids": "parent_id",
+    "concurrency_keys": "concurrency_key",
+    "traceparents": "traceparent",
 }
+
+
+def _through(
+    conn: object,
+    run: Callable[[psycopg.Connection[Any]], _T],
+    arun: Callable[[Any], Awaitable[_T]],
+) -> _T | Coroutine[Any, Any, _T]:
+    """Enqueue through a SQLAlchemy session or connection, a Django connection or an asyncpg
+    connection: reduced to its driver connection, in the caller's transaction."""
+    if integrations.mode_of(conn) == "sync":
+        return run(integrations.sync_driver(conn))
+
+    async def in_transaction() -> _T:
+        return await arun(await integrations.async_driver(conn))
+
+    return in_transaction()
 
 
 def _columns(every: list[dict[str, Any]]) -> dict[str, list[Any]]:
@@ -621,6 +853,28 @@ def _ids_in_order(
             duplicates,
         )
     return ids
+
+
+def _flow_limits(
+    max_running: int | None,
+    max_running_per_key: int | None,
+    rate: str | None,
+    burst: float | None,
+    fair: bool,
+) -> FlowLimits | None:
+    for name, value in (("max_running", max_running), ("max_running_per_key", max_running_per_key)):
+        bad = isinstance(value, bool) or not isinstance(value, int) or value < 1
+        if value is not None and bad:
+            raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")
+    if rate is not None:
+        try:
+            parse_rate(rate)
+        except InvalidTask as exc:
+            raise ConfigError(str(exc)) from None
+    if burst is not None and (rate is None or burst < 1):
+        raise ConfigError("burst needs a rate and must be >= 1")
+    flow = FlowLimits(max_running, max_running_per_key, rate, burst, bool(fair))
+    return flow if flow.any else None
 
 
 def _env_payload_limit() -> int:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 import psycopg
 
-from taskq.errors import LeaseLost, TaskqError
+from taskq.errors import Cancelled, LeaseLost, TaskqError
 from taskq.model import JSON, ClaimedTask
 
 if TYPE_CHECKING:
@@ -30,6 +31,13 @@ class Runtime(Protocol):
         self,
     ) -> contextlib.AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
 
+    def switch_value(self, name: str) -> bool | None:
+        """A business switch from the worker's cache (None: never set)."""
+        ...
+
+
+_CANCELLED_LOCK = threading.Lock()
+
 
 class TaskContext:
     """One attempt of one task, as seen by its handler.
@@ -43,7 +51,9 @@ class TaskContext:
     """
 
     __slots__ = (
+        "_abort",
         "_aconn",
+        "_cancelled",
         "_conn",
         "_context",
         "_make_reporter",
@@ -69,6 +79,26 @@ class TaskContext:
         self._conn: psycopg.Connection[Any] | None = None
         self._aconn: psycopg.AsyncConnection[Any] | None = None
         self.worker_id = worker_id
+        self._cancelled: threading.Event | None = None  # made on first use (most never are)
+        self._abort: Callable[[], None] | None = None
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set once an operator asked this attempt to abort (``taskq cancel``). Sync handlers
+        check it (or call :meth:`raise_if_cancelled`) between steps; async handlers are
+        cancelled outright."""
+        event = self._cancelled
+        if event is None:
+            with _CANCELLED_LOCK:  # the handler's thread and the loop may ask at once
+                event = self._cancelled
+                if event is None:
+                    event = self._cancelled = threading.Event()
+        return event
+
+    @property
+    def _abort_requested(self) -> bool:
+        """``cancelled.is_set()`` without making the event."""
+        return self._cancelled is not None and self._cancelled.is_set()
 
     # --- who am I --------------------------------------------------------------------------
 
@@ -122,6 +152,28 @@ class TaskContext:
         """True once a write of this attempt matched no row: the task was taken away."""
         return self._reporter is not None and self._reporter.lease_lost
 
+    # --- cancel and switches ---------------------------------------------------------------
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`taskq.Cancelled` if an abort was requested; call it between steps."""
+        if self.cancelled.is_set():
+            raise Cancelled(f"task {self.task_id}: abort requested")
+
+    def switch(self, name: str, default: bool = True) -> bool:
+        """A business switch ("may SMS be sent at all?"), from the worker's cache: no query per
+        call; NOTIFY refreshes it within a second of ``taskq switch set``. A switch nobody ever
+        set is ``default`` (on)."""
+        value = self._need_runtime().switch_value(name)
+        return default if value is None else value
+
+    def _request_abort(self) -> None:
+        """The worker heard an abort request for this attempt (any thread)."""
+        if self.cancelled.is_set():
+            return
+        self.cancelled.set()
+        if self._abort is not None:
+            self._abort()
+
     # --- progress --------------------------------------------------------------------------
 
     def progress(self, percent: float, message: str | None = None) -> None:
@@ -156,7 +208,7 @@ class TaskContext:
         its own statement (it survives a rollback of an idempotent transaction); a retry
         starts with it. Raises :class:`taskq.LeaseLost` if the attempt was taken away."""
         _not_on_loop("checkpoint", "acheckpoint")
-        from taskq import store
+        from taskq.db import store
 
         with self._need_runtime().sync_connection() as conn:
             saved = store.save_checkpoint(conn, self._task, stage, _json(data))
@@ -164,7 +216,7 @@ class TaskContext:
 
     async def acheckpoint(self, stage: str, **data: Any) -> None:
         """``checkpoint`` for async handlers."""
-        from taskq import store
+        from taskq.db import store
 
         async with self._need_runtime().async_connection() as conn:
             saved = await store.asave_checkpoint(conn, self._task, stage, _json(data))
@@ -223,10 +275,13 @@ class TaskContext:
         _not_on_loop("enqueue", "aenqueue")
         app = self._need_runtime().app
         child = self._child_options(options)
+        task_id: int
         if self._conn is not None:
-            return app.enqueue(self._conn, task_type, payload, **child)
+            task_id = app.enqueue(self._conn, task_type, payload, **child)
+            return task_id
         with self._need_runtime().sync_connection() as conn:
-            return app.enqueue(conn, task_type, payload, **child)
+            task_id = app.enqueue(conn, task_type, payload, **child)
+            return task_id
 
     async def aenqueue(
         self, task_type: str, payload: JSON = None, **options: Unpack[EnqueueOptions]
@@ -234,10 +289,13 @@ class TaskContext:
         """``enqueue`` for async handlers."""
         app = self._need_runtime().app
         child = self._child_options(options)
+        task_id: int
         if self._aconn is not None:
-            return await app.enqueue(self._aconn, task_type, payload, **child)
+            task_id = await app.enqueue(self._aconn, task_type, payload, **child)
+            return task_id
         async with self._need_runtime().async_connection() as conn:
-            return await app.enqueue(conn, task_type, payload, **child)
+            task_id = await app.enqueue(conn, task_type, payload, **child)
+            return task_id
 
     # --- plumbing for the executor ---------------------------------------------------------
 

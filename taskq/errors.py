@@ -35,7 +35,8 @@ class AlreadyEnqueued(TaskqError):
 
 
 class UnknownTaskType(TaskqError):
-    """No handler is registered for this task type."""
+    """No handler is registered for this task type (``taskq enqueue --app``). Enqueueing from
+    Python accepts any valid type: a handler may live in another service."""
 
 
 class TaskNotFound(TaskqError):
@@ -46,9 +47,26 @@ class LeaseLost(TaskqError):
     """This attempt's token no longer matches the row: the task was taken away from us."""
 
 
+class Cancelled(TaskqError):
+    """Raised by ``ctx.raise_if_cancelled()`` once an operator asked this attempt to abort
+    (``taskq cancel``, ``app.cancel``). Let it propagate: the attempt ends CANCELLED, with no
+    retry and no dead letter."""
+
+
 class Unhealthy(TaskqError):
     """``taskq health``: the database answered, but the worker it looked for is missing or has
     stopped heart-beating. Exit code 1, which container health checks read as "unhealthy"."""
+
+
+class SchemaMissing(TaskqError):
+    """The database is there, the taskq schema is not (or is older than this taskq): the fix is
+    ``taskq migrate`` with the same DSN, not a retry."""
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__(
+            "the taskq schema is missing from this database: run `taskq migrate` (with the same "
+            "--dsn / TASKQ_DSN)" + (f" ({detail})" if detail else "")
+        )
 
 
 class DatabaseUnavailable(TaskqError):

@@ -19,6 +19,9 @@ class Kind(StrEnum):
     DEAD = "dead"  # taskq.Permanent: straight to DEAD_LETTER
     COMMITTED = "committed"  # idempotent: SUCCESS already committed with the business writes
     DUPLICATE = "duplicate"  # idempotent: the business key was done already; completed unrun
+    RELEASED = "released"  # given back unrun or interrupted, uncharged (shutdown, connection)
+    LOST = "lost"  # idempotent: the commit found the attempt taken away; rolled back
+    CANCELLED = "cancelled"  # asked to abort (taskq cancel): final, no retry, no dead letter
 
 
 @dataclass(slots=True)
@@ -49,6 +52,19 @@ class Outcome:
     @classmethod
     def retry(cls, task: ClaimedTask, duration: float, exc: BaseException, after: float) -> Outcome:
         return cls(task, Kind.RETRY, duration, describe(exc), _type(exc), after)
+
+    @classmethod
+    def released(cls, task: ClaimedTask, duration: float, reason: str) -> Outcome:
+        """The attempt can no longer run and is given back without charging it."""
+        return cls(task, Kind.RELEASED, duration, reason, reason.split(":", 1)[0])
+
+    @classmethod
+    def lost(cls, task: ClaimedTask, duration: float) -> Outcome:
+        return cls(task, Kind.LOST, duration)
+
+    @classmethod
+    def cancelled(cls, task: ClaimedTask, duration: float, why: str) -> Outcome:
+        return cls(task, Kind.CANCELLED, duration, why, "Cancelled")
 
     @classmethod
     def dead(cls, task: ClaimedTask, duration: float, exc: BaseException) -> Outcome:

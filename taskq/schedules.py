@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -99,26 +100,28 @@ def plan(schedule: Schedule, *, after: dt.datetime, now: dt.datetime) -> Plan:
     """Split the ticks in (after, now] into those to enqueue and those missed, by the
     schedule's catch-up policy. A tick within the misfire grace is simply on time."""
     spec = parse_spec(schedule.spec, schedule.timezone)
-    due: list[dt.datetime] = []
-    overflow = 0
+    window: deque[dt.datetime] = deque(maxlen=MAX_TICKS_PER_PASS)  # the newest ones
+    seen = 0
     ticks = spec.ticks_after(after)
     next_tick = next(ticks)
     while next_tick <= now:
-        if len(due) < MAX_TICKS_PER_PASS:
-            due.append(next_tick)
-        else:
-            overflow += 1
+        window.append(next_tick)
+        seen += 1
         next_tick = next(ticks)
+    due = list(window)
+    overflow = seen - len(due)
     grace = dt.timedelta(seconds=schedule.misfire_grace_seconds)
-    on_time = [t for t in due if now - t <= grace]
-    late = [t for t in due if now - t > grace]
+    # However many ticks fell due since the last pass (a restart, a leader hand-over, a slow
+    # pass), skip and run_once fire at most one of them, and backfill at most backfill_limit:
+    # a restart never fires a burst of ticks that were each still "within the grace".
     if schedule.catch_up == "skip":
-        run, missed = on_time, late
+        # Only the newest tick, and only if it is still on time.
+        run = due[-1:] if due and now - due[-1] <= grace else []
     elif schedule.catch_up == "run_once":
-        # One run stands for every tick missed: the newest late tick, unless one is on time.
-        run, missed = (on_time, late) if on_time else (late[-1:], late[:-1])
+        # One run stands for every tick due: the newest, on time or late.
+        run = due[-1:]
     else:
-        keep = max(0, schedule.backfill_limit - len(on_time))
-        run = (late[-keep:] if keep else []) + on_time
-        missed = late[: len(late) - keep] if keep else late
+        keep = schedule.backfill_limit
+        run = due[-keep:] if keep > 0 else [t for t in due[-1:] if now - t <= grace]
+    missed = due[: len(due) - len(run)]
     return Plan(run=run, missed=missed, missed_uncounted=overflow, next_tick=next_tick)

@@ -23,7 +23,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import taskq
-from taskq import migrate
+from taskq.db import migrate
 from tests.support import WorkerHandle, WorkerProcess
 
 
@@ -33,7 +33,7 @@ def admin_dsn() -> Iterator[str]:
     if explicit:
         yield explicit
         return
-    from taskq import embedded
+    from taskq.db import embedded
 
     folder = Path(tempfile.mkdtemp(prefix="taskq-test-pg-"))
     os.chmod(folder, 0o755)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 import taskq
@@ -98,7 +100,7 @@ def all_in(dsn: str, statuses: set[str], *, task_type: str | None = None) -> Cal
 def taskq_command() -> list[str]:
     """The installed console script (as a user runs it), else the module."""
     script = Path(sys.executable).parent / "taskq"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "taskq.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "taskq"]
 
 
 def taskq_cli(
@@ -228,7 +230,7 @@ class PrivateServer:
     would disturb every other test on a shared server, like a restart."""
 
     def __init__(self, folder: Path) -> None:
-        from taskq import embedded
+        from taskq.db import embedded
 
         self.folder = folder
         self.dsn = embedded.start_server(folder / "pgdata", delete_on_exit=True)
@@ -275,3 +277,32 @@ async def wakeup_latencies(
             await asyncio.wait_for(arrived.wait(), timeout=10)
             latencies.append(started[n] - before_commit)
     return latencies
+
+
+def nested_plans(
+    conn: psycopg.Connection[Any], statement: str, params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The plan of every statement the claim function runs inside (auto_explain, sent to this
+    client as NOTICEs): EXPLAIN of a function call shows only the Function Scan."""
+    try:
+        conn.execute("LOAD 'auto_explain'")
+    except psycopg.Error:
+        pytest.skip("auto_explain is not installed on this server")
+    for setting in (
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_nested_statements = on",
+        "SET auto_explain.log_analyze = on",
+        "SET auto_explain.log_format = json",
+        "SET auto_explain.log_level = notice",
+    ):
+        conn.execute(setting)  # type: ignore[call-overload]
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    conn.execute(psycopg.sql.SQL(statement), params)  # type: ignore[arg-type]
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    plans = []
+    for message in notices:
+        _, _, body = message.partition("plan:")
+        if body.strip().startswith("{"):
+            plans.append(json.loads(body))
+    return plans

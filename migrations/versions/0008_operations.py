@@ -2,7 +2,7 @@
 
 from alembic import op
 
-from taskq.sqlfiles import ddl
+from taskq.db.sqlfiles import ddl
 
 revision = "0008"
 down_revision = "0007"

@@ -1,54 +1,72 @@
 -- name: claim_batch
--- Claim up to %(limit)s runnable tasks of one queue, of the types this worker can run, highest
--- priority first, then oldest runnable time, then id. Every claim mints a fresh effective_id:
--- the attempt's token, which every later write of this attempt must present. A row that left
+-- Claim up to %(limit)s runnable tasks of one queue, of the types this worker can run, within
+-- the flow limits of their types (sql/ddl/0014_flow_control.sql, taskq.claim_batch_v3): caps,
+-- rates and fair share per type, and the retry lane per queue. Highest priority first, then
+-- oldest runnable time, then id, in each lane. Every claim mints a fresh effective_id: the
+-- attempt's token, which every later write of this attempt must present. A row that left
 -- max_retry_count or timeout_seconds NULL (a bare INSERT) gets the handler's settings, passed
--- as arrays parallel to task_types.
--- MATERIALIZED: the LIMIT must bound the UPDATE. Written as `WHERE id IN (subquery)` the planner
--- may turn it into a semi-join that re-evaluates the LIMIT and updates more rows than asked.
--- Index: tasks_runnable_idx (queue, priority DESC, runnable_at, id) WHERE status IN (PENDING,
--- FAILED): finished rows are not in it, so the scan cost does not grow with history.
-WITH picked AS MATERIALIZED (
-    SELECT c.id, c.runnable_at
-    FROM taskq.tasks AS c
-    WHERE status IN ('PENDING', 'FAILED')
-      AND queue = %(queue)s
-      AND runnable_at <= now()
-      AND task_type = ANY(%(task_types)s::text[])
-      -- Protection level L3 (CIRCUIT_OPEN): only retries are claimed, new work waits.
-      AND (NOT %(retries_only)s OR status = 'FAILED')
-      -- A tripped breaker stops claims at once, everywhere: the workers' cached control state
-      -- (refreshed by NOTIFY) lags by a round trip. A HALF_OPEN probe (%(probe)s) passes.
-      AND (%(probe)s OR NOT EXISTS (
-              SELECT 1 FROM taskq.breakers AS b
-              WHERE b.task_type = c.task_type AND b.state <> 'CLOSED'))
-      -- Per-key ordering: a keyed task is claimable only at the head of its key, i.e. when no
-      -- earlier task with the same key is still live (a failing head blocks its key until it
-      -- succeeds or is dead-lettered). Waiting tasks are not claimed, so they hold no slot.
-      AND (c.ordering_key IS NULL OR NOT EXISTS (
-              SELECT 1 FROM taskq.tasks AS earlier
-              WHERE earlier.ordering_key = c.ordering_key
-                AND earlier.id < c.id
-                AND earlier.status IN ('PENDING', 'PROCESSING', 'FAILED')))
-    ORDER BY priority DESC, runnable_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE taskq.tasks AS t
-SET status = 'PROCESSING',
-    effective_id = gen_random_uuid(),
-    worker_id = %(worker_id)s,
-    started_at = now(),
-    finished_at = NULL,
-    updated_at = now(),
-    max_retry_count = coalesce(t.max_retry_count, handler.max_retry_count),
-    timeout_seconds = coalesce(t.timeout_seconds, handler.timeout_seconds)
-FROM picked,
-     unnest(%(task_types)s::text[], %(max_retry_counts)s::integer[], %(timeouts)s::integer[])
-         AS handler(task_type, max_retry_count, timeout_seconds)
-WHERE t.id = picked.id
-  AND handler.task_type = t.task_type
-RETURNING t.id, t.task_type, t.queue, t.biz_id, t.payload, t.priority, t.retry_count,
-          t.max_retry_count, t.timeout_seconds, t.effective_id, t.trace_id, t.created_at,
-          t.scheduled_at, t.started_at, t.context, t.parent_id, t.ordering_key,
-          picked.runnable_at AS ready_at;
+-- as arrays parallel to task_types. retries_only: protection level L3 (CIRCUIT_OPEN). probe: a
+-- HALF_OPEN breaker's probe passes the breaker check.
+-- A function, not one statement: a limited type's count, claim and token spend run under its
+-- limits row lock. The last column, held_for, is set only on an extra row with a NULL id.
+-- traceparent: the enqueue's trace context, for OpenTelemetry, returned by the UPDATE that
+-- claims the row (read beside the function, in this statement's older snapshot, a task committed
+-- during the claim came back without it).
+-- isolated (taskq.claim_batch_v3, sql/ddl/0017): false claims only rows without isolate; true
+-- claims at most one isolate row, for the worker's isolator, which runs it alone in its process.
+SELECT c.id, c.task_type, c.queue, c.biz_id, c.payload, c.priority, c.retry_count,
+       c.max_retry_count, c.timeout_seconds, c.effective_id, c.trace_id, c.created_at,
+       c.scheduled_at, c.started_at, c.context, c.parent_id, c.ordering_key, c.ready_at,
+       c.capped, c.traceparent, c.held_for
+FROM taskq.claim_batch_v3(%(queue)s, %(task_types)s::text[], %(max_retry_counts)s::integer[],
+                          %(timeouts)s::integer[], %(limit)s, %(worker_id)s, %(retries_only)s,
+                          %(probe)s, %(isolated)s) AS c;
+
+-- name: isolated_due
+-- The queues among these with an isolate row of these types runnable now (the rows a crash
+-- beside other attempts sent back, sql/ddl/0017): the isolator's cheap look before it makes
+-- its process idle to claim one. Reads only tasks_isolate_idx, which is empty while no task
+-- has crashed a worker.
+SELECT DISTINCT t.queue
+FROM taskq.tasks AS t
+WHERE t.isolate
+  AND t.status IN ('PENDING', 'FAILED')
+  AND t.queue = ANY(%(queues)s::text[])
+  AND t.task_type = ANY(%(task_types)s::text[])
+  AND t.runnable_at <= now()
+  AND NOT EXISTS (SELECT 1 FROM taskq.breakers AS b
+                  WHERE b.task_type = t.task_type AND b.state <> 'CLOSED');
+
+-- name: limits_declare
+-- The limits a worker's code declares (@app.task(max_running=..., rate=...)), written at worker
+-- start. Rows an operator set (source 'operator') are left alone. A changed rate starts with a
+-- full bucket of its burst.
+INSERT INTO taskq.flow_limits AS l (task_type, max_running, max_running_per_key, rate,
+                                    rate_text, burst, fair, tokens, source, changed_by)
+SELECT d.task_type, d.max_running, d.max_running_per_key, d.rate, d.rate_text, d.burst, d.fair,
+       coalesce(d.burst, 0), 'code', %(worker_id)s
+FROM unnest(%(task_types)s::text[], %(max_running)s::integer[], %(per_key)s::integer[],
+            %(rates)s::float8[], %(rate_texts)s::text[], %(bursts)s::float8[],
+            %(fair)s::boolean[])
+     AS d(task_type, max_running, max_running_per_key, rate, rate_text, burst, fair)
+ON CONFLICT (task_type) DO UPDATE
+    SET max_running = excluded.max_running,
+        max_running_per_key = excluded.max_running_per_key,
+        rate = excluded.rate,
+        rate_text = excluded.rate_text,
+        burst = excluded.burst,
+        fair = excluded.fair,
+        tokens = CASE WHEN l.rate IS DISTINCT FROM excluded.rate
+                        OR l.burst IS DISTINCT FROM excluded.burst
+                      THEN excluded.tokens ELSE l.tokens END,
+        changed_by = excluded.changed_by,
+        changed_at = now()
+    WHERE l.source = 'code'
+      AND (l.max_running, l.max_running_per_key, l.rate, l.burst, l.fair)
+          IS DISTINCT FROM (excluded.max_running, excluded.max_running_per_key, excluded.rate,
+                            excluded.burst, excluded.fair);
+
+-- name: limits_undeclare
+-- Types this worker runs whose code declares no limits any more: drop the code's old row.
+DELETE FROM taskq.flow_limits
+WHERE task_type = ANY(%(task_types)s::text[]) AND source = 'code';

@@ -3,51 +3,26 @@
 -- second, so a lost notification costs at most that).
 
 -- name: control_state
--- Everything a claimer needs to decide what it may claim, in one round trip.
+-- Everything a claimer needs to decide what it may claim, in one round trip; and the business
+-- switches, which handlers read from the same cache (ctx.switch: no query per call).
 SELECT
     (SELECT coalesce(json_agg(json_build_object('kind', kind, 'name', name)), '[]')
      FROM taskq.pauses) AS pauses,
     (SELECT coalesce(json_agg(json_build_object('task_type', task_type, 'state', state,
                                                 'probe_worker', probe_worker)), '[]')
      FROM taskq.breakers WHERE state <> 'CLOSED') AS breakers,
-    (SELECT level FROM taskq.protection WHERE id = 1) AS level;
+    (SELECT level FROM taskq.protection WHERE id = 1) AS level,
+    (SELECT coalesce(json_object_agg(name, enabled), '{}') FROM taskq.switches) AS switches;
 
 -- name: pause
-WITH paused AS (
-    INSERT INTO taskq.pauses (kind, name, paused_by, note)
-    VALUES (%(kind)s, %(name)s, %(actor)s, %(note)s)
-    ON CONFLICT (kind, name) DO NOTHING
-    RETURNING kind, name
-), audited AS (
-    INSERT INTO taskq.audit (actor, action, task_type, note, detail)
-    SELECT %(actor)s, 'pause', CASE WHEN kind = 'task_type' THEN name END, %(note)s,
-           jsonb_build_object('kind', kind, 'name', name)
-    FROM paused
-), told AS (
-    SELECT pg_notify('taskq_control', 'pauses') FROM paused
-)
-SELECT paused.kind, paused.name FROM paused, (SELECT count(*) FROM told) AS t;
+-- Through taskq.pause_v1 (audited, NOTIFY taskq_control): true when it was not paused yet.
+SELECT taskq.pause_v1(%(kind)s::text, %(name)s::text, %(note)s::text, %(actor)s::text)
+    AS changed;
 
 -- name: resume
-WITH resumed AS (
-    DELETE FROM taskq.pauses WHERE kind = %(kind)s AND name = %(name)s
-    RETURNING kind, name, paused_by, paused_at
-), audited AS (
-    INSERT INTO taskq.audit (actor, action, task_type, note, detail)
-    SELECT %(actor)s, 'resume', CASE WHEN kind = 'task_type' THEN name END, %(note)s,
-           jsonb_build_object('kind', kind, 'name', name, 'paused_by', paused_by,
-                              'paused_at', paused_at)
-    FROM resumed
-), told AS (
-    SELECT pg_notify('taskq_control', 'pauses') FROM resumed
-), woken AS (
-    -- The paused backlog is runnable again: wake the workers of the queue(s) concerned.
-    SELECT pg_notify('taskq_tasks', CASE WHEN r.kind = 'queue' THEN json_build_array(r.name)::text
-                                         ELSE '*' END)
-    FROM resumed AS r
-)
-SELECT resumed.kind, resumed.name
-FROM resumed, (SELECT count(*) FROM told) AS t, (SELECT count(*) FROM woken) AS w;
+-- Through taskq.resume_v1 (audited; wakes the workers of the queue(s) concerned).
+SELECT taskq.resume_v1(%(kind)s::text, %(name)s::text, %(note)s::text, %(actor)s::text)
+    AS changed;
 
 -- name: list_pauses
 SELECT kind, name, paused_by, paused_at, note,
@@ -77,14 +52,21 @@ SELECT moved.task_type FROM moved, (SELECT count(*) FROM told) AS t;
 -- name: breaker_trip_by_rate
 -- Open the breakers of types whose failure rate over the window is at least %(rate)s with at
 -- least %(min_volume)s attempts (a burst of failures among many successes never makes N in a
--- row, but still means the downstream is sick).
+-- row, but still means the downstream is sick). A permanent error (outcome 'permanent') is a
+-- bad task, not a sick downstream: neither a failure nor an attempt here.
+-- The window starts no earlier than the breaker's window_from (set by a reset and by a close):
+-- only the minute buckets that began at or after it count, so the failures that tripped the
+-- breaker cannot trip it again. The rest of the minute of the reset is never counted (the
+-- buckets are per minute); the consecutive count still catches a downstream that is still down.
 WITH rates AS (
-    SELECT task_type,
-           sum(n) FILTER (WHERE outcome IN ('failed', 'dead_lettered')) AS failures,
-           sum(n) FILTER (WHERE outcome IN ('success', 'failed', 'dead_lettered')) AS attempts
-    FROM taskq.task_stats
-    WHERE bucket >= date_trunc('minute', now() - make_interval(secs => %(window)s::float8))
-    GROUP BY task_type
+    SELECT s.task_type,
+           sum(s.n) FILTER (WHERE s.outcome IN ('failed', 'dead_lettered')) AS failures,
+           sum(s.n) FILTER (WHERE s.outcome IN ('success', 'failed', 'dead_lettered')) AS attempts
+    FROM taskq.task_stats AS s
+    LEFT JOIN taskq.breakers AS w ON w.task_type = s.task_type
+    WHERE s.bucket >= date_trunc('minute', now() - make_interval(secs => %(window)s::float8))
+      AND s.bucket >= coalesce(w.window_from, '-infinity'::timestamptz)
+    GROUP BY s.task_type
 ), opened AS (
     INSERT INTO taskq.breakers AS b (task_type, state, opened_at, changed_at, reason)
     SELECT task_type, 'OPEN', now(), now(),
@@ -109,47 +91,41 @@ WHERE task_type = %(task_type)s AND state = 'HALF_OPEN'
 RETURNING task_type;
 
 -- name: breaker_give_back_probe
-UPDATE taskq.breakers SET probe_worker = NULL, probe_at = NULL
+-- The claimer that won the probe found no task to run: nothing to probe now (see
+-- failing_types).
+UPDATE taskq.breakers SET probe_worker = NULL, probe_at = NULL, probed_empty_at = now()
 WHERE task_type = %(task_type)s AND probe_worker = %(worker_id)s AND state = 'HALF_OPEN';
 
 -- name: breaker_reset
-WITH reset AS (
-    UPDATE taskq.breakers
-    SET state = 'CLOSED', consecutive_failures = 0, changed_at = now(),
-        reason = 'reset by ' || %(actor)s, probe_worker = NULL, probe_at = NULL
-    WHERE %(task_type)s::text IS NULL OR task_type = %(task_type)s::text
-    RETURNING task_type
-), audited AS (
-    INSERT INTO taskq.audit (actor, action, task_type, note)
-    SELECT %(actor)s, 'breaker_reset', task_type, %(note)s FROM reset
-), told AS (
-    SELECT pg_notify('taskq_control', 'breakers') FROM reset HAVING count(*) > 0
-)
-SELECT reset.task_type FROM reset, (SELECT count(*) FROM told) AS t;
+-- Through taskq.breaker_reset_v2 (audited; it also starts a fresh failure-rate window): the
+-- types whose breaker was closed.
+SELECT r.task_type
+FROM taskq.breaker_reset_v2(%(task_type)s::text, %(note)s::text, %(actor)s::text)
+    AS r(task_type);
 
 -- name: protection_get
 SELECT level, reason, changed_at, changed_by FROM taskq.protection WHERE id = 1;
 
 -- name: protection_set
 -- Change the level, unless it is EMERGENCY (4) and the change is automatic: only an operator
--- (%(force)s) lowers L4.
-WITH changed AS (
-    UPDATE taskq.protection
-    SET level = %(level)s, reason = %(reason)s, changed_at = now(), changed_by = %(actor)s
-    WHERE id = 1 AND level <> %(level)s AND (level < 4 OR %(force)s)
-    RETURNING level
-), audited AS (
-    INSERT INTO taskq.audit (actor, action, note, detail)
-    SELECT %(actor)s, 'protection_level', %(reason)s, jsonb_build_object('level', level)
-    FROM changed
-), told AS (
-    SELECT pg_notify('taskq_control', 'level') FROM changed
-)
-SELECT changed.level FROM changed, (SELECT count(*) FROM told) AS t;
+-- (forcing it) lowers L4. Through taskq.protection_set_v1 (audited): a row when it changed.
+SELECT p.level
+FROM taskq.protection_set_v1(%(level)s::integer, %(reason)s::text, %(force)s::boolean,
+                             %(actor)s::text) AS p(level);
 
 -- name: failing_types
--- Types whose breaker is not CLOSED: the protection level counts them.
-SELECT task_type, state FROM taskq.breakers WHERE state <> 'CLOSED' ORDER BY task_type;
+-- Types whose breaker is not CLOSED: the protection level counts them. A HALF_OPEN breaker
+-- counts only while it may have something to probe: a probe is out, or no claimer has found it
+-- empty since it went HALF_OPEN (probed_empty_at, set by breaker_give_back_probe). An idle one
+-- (its backlog gone: nothing will ever probe it) would otherwise keep the level raised for
+-- ever; it stays HALF_OPEN, so its next task is still a probe, and counts again from the
+-- moment a claimer takes that probe.
+SELECT task_type, state
+FROM taskq.breakers
+WHERE state = 'OPEN'
+   OR (state = 'HALF_OPEN'
+       AND (probe_worker IS NOT NULL OR probed_empty_at IS NULL OR probed_empty_at < changed_at))
+ORDER BY task_type;
 
 -- name: leader_elect
 -- Take or renew the named lease: the holder renews it; anyone takes it once it expired.

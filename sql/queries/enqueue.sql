@@ -5,12 +5,12 @@
 -- no row: the caller then looks the existing one up with find_live_task.
 INSERT INTO taskq.tasks (task_type, queue, biz_id, payload, priority, scheduled_at,
                          max_retry_count, timeout_seconds, trace_id, unique_key, ordering_key,
-                         parent_id)
+                         parent_id, concurrency_key, traceparent)
 VALUES (%(task_type)s, %(queue)s, %(biz_id)s, %(payload)s::jsonb, %(priority)s,
         coalesce(%(scheduled_at)s::timestamptz, now())
             + make_interval(secs => coalesce(%(delay)s::float8, 0)),
         %(max_retry_count)s, %(timeout_seconds)s, %(trace_id)s, %(unique_key)s,
-        %(ordering_key)s, %(parent_id)s)
+        %(ordering_key)s, %(parent_id)s, %(concurrency_key)s, %(traceparent)s)
 ON CONFLICT (task_type, unique_key)
     WHERE unique_key IS NOT NULL AND status IN ('PENDING', 'PROCESSING', 'FAILED')
     DO NOTHING
@@ -23,19 +23,20 @@ RETURNING id;
 -- (task_type, unique_key) went in, so the caller can map ids back to items.
 INSERT INTO taskq.tasks (task_type, queue, biz_id, payload, priority, scheduled_at,
                          max_retry_count, timeout_seconds, trace_id, unique_key, ordering_key,
-                         parent_id)
+                         parent_id, concurrency_key, traceparent)
 SELECT t.task_type, t.queue, t.biz_id, t.payload, t.priority,
        coalesce(t.scheduled_at, now()) + make_interval(secs => coalesce(t.delay, 0)),
        t.max_retry_count, t.timeout_seconds, t.trace_id, t.unique_key, t.ordering_key,
-       t.parent_id
+       t.parent_id, t.concurrency_key, t.traceparent
 FROM unnest(%(task_types)s::text[], %(queues)s::text[], %(biz_ids)s::text[],
             %(payloads)s::jsonb[], %(priorities)s::smallint[], %(scheduled_ats)s::timestamptz[],
             %(delays)s::float8[], %(max_retry_counts)s::integer[], %(timeouts)s::integer[],
             %(trace_ids)s::text[], %(unique_keys)s::text[], %(ordering_keys)s::text[],
-            %(parent_ids)s::bigint[])
+            %(parent_ids)s::bigint[], %(concurrency_keys)s::text[],
+            %(traceparents)s::text[])
      WITH ORDINALITY AS t(task_type, queue, biz_id, payload, priority, scheduled_at, delay,
                           max_retry_count, timeout_seconds, trace_id, unique_key, ordering_key,
-                          parent_id, ord)
+                          parent_id, concurrency_key, traceparent, ord)
 ORDER BY t.ord
 ON CONFLICT (task_type, unique_key)
     WHERE unique_key IS NOT NULL AND status IN ('PENDING', 'PROCESSING', 'FAILED')
@@ -67,4 +68,5 @@ SELECT CASE
 -- Bulk enqueue without unique keys: COPY takes PostgreSQL's multi-row insert path, about twice
 -- as fast per row as INSERT ... SELECT. The statement trigger still sends one NOTIFY.
 COPY taskq.tasks (id, task_type, queue, biz_id, payload, priority, scheduled_at, max_retry_count,
-                  timeout_seconds, trace_id, ordering_key, parent_id) FROM STDIN;
+                  timeout_seconds, trace_id, ordering_key, parent_id, concurrency_key,
+                  traceparent) FROM STDIN;

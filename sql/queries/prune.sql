@@ -1,31 +1,15 @@
 -- Retention. Finished rows are deleted in batches (never one giant DELETE: short transactions,
--- bounded WAL and lock time), oldest first. Each statement names its status literally so the
--- planner uses that status's partial index on finished_at.
+-- bounded WAL and lock time), oldest first, through taskq.prune_batch_v1 (SECURITY DEFINER:
+-- nobody deletes tasks directly; each batch that deleted anything leaves one audit row).
 
 -- name: prune_success_batch
-WITH doomed AS (
-    SELECT id FROM taskq.tasks
-    WHERE status = 'SUCCESS'
-      AND finished_at < now() - make_interval(secs => %(older_than)s::float8)
-    ORDER BY finished_at
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-)
-DELETE FROM taskq.tasks AS t USING doomed WHERE t.id = doomed.id
-RETURNING t.id;
+SELECT taskq.prune_batch_v1('SUCCESS', %(older_than)s::float8, %(batch)s::integer) AS deleted;
+
+-- name: prune_cancelled_batch
+SELECT taskq.prune_batch_v1('CANCELLED', %(older_than)s::float8, %(batch)s::integer) AS deleted;
 
 -- name: prune_dead_letter_batch
--- Dead letters are kept unless asked: an operator may still want to replay them.
-WITH doomed AS (
-    SELECT id FROM taskq.tasks
-    WHERE status = 'DEAD_LETTER'
-      AND finished_at < now() - make_interval(secs => %(older_than)s::float8)
-    ORDER BY finished_at
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-)
-DELETE FROM taskq.tasks AS t USING doomed WHERE t.id = doomed.id
-RETURNING t.id;
+SELECT taskq.prune_batch_v1('DEAD_LETTER', %(older_than)s::float8, %(batch)s::integer) AS deleted;
 
 -- name: prune_stats
 -- Outcome counters are kept 30 days longer than the rows they describe.

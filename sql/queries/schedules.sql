@@ -39,12 +39,5 @@ FROM taskq.schedules AS s
 LEFT JOIN taskq.tasks AS t ON t.id = s.last_task_id
 ORDER BY s.name;
 
--- name: schedule_missed_ticks
-SELECT tick, reason, recorded_at
-FROM taskq.schedule_ticks
-WHERE name = %(name)s AND outcome = 'missed'
-ORDER BY tick DESC
-LIMIT %(limit)s;
-
 -- name: schedule_tick_task
 UPDATE taskq.schedule_ticks SET task_id = %(task_id)s WHERE name = %(name)s AND tick = %(tick)s;

@@ -2,7 +2,7 @@
 SELECT id, task_type, queue, biz_id, payload, status, priority, scheduled_at, retry_count,
        max_retry_count, next_retry_time, last_error, timeout_seconds, started_at, finished_at,
        effective_id, worker_id, progress, trace_id, created_at, updated_at, unique_key,
-       ordering_key, parent_id, context
+       ordering_key, parent_id, context, abort_requested_at
 FROM taskq.tasks
 WHERE id = %(id)s;
 
@@ -37,16 +37,14 @@ SELECT * FROM tree ORDER BY depth, id;
 
 -- name: tasks_without_task
 -- Reconciliation: which of these business keys have no task of this type at all (in any
--- status)? A key that already ran, or is waiting, is not missing.
+-- status)? A key that already ran, or is waiting, is not missing; nor is one whose finished
+-- task was pruned (its done marker in task_executed outlives the row).
 SELECT k.biz_id
 FROM unnest(%(biz_ids)s::text[]) AS k(biz_id)
 WHERE NOT EXISTS (
     SELECT 1 FROM taskq.tasks AS t WHERE t.task_type = %(task_type)s AND t.biz_id = k.biz_id
+)
+  AND NOT EXISTS (
+    SELECT 1 FROM taskq.task_executed AS e
+    WHERE e.task_type = %(task_type)s AND e.biz_id = k.biz_id
 );
-
--- name: demo_points
--- The demo's business table, to show exactly-once effects (taskq demo only).
-SELECT points FROM demo_accounts WHERE id = 1;
-
--- name: demo_pipeline
-SELECT retry_count, context FROM taskq.tasks WHERE task_type = 'demo.pipeline' ORDER BY id LIMIT 1;

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from taskq import dlq, stats, switches
-from taskq.dashboard import ops, views
+from taskq.dashboard import charts, ops, views
 from taskq.dashboard.live import progress_events
 from taskq.dashboard.security import (
     SESSION_SECONDS,
@@ -42,9 +42,13 @@ from taskq.dashboard.security import (
     local_path,
     session_cookie,
 )
-from taskq.db import first_line
+from taskq.db.connection import first_line
 from taskq.errors import ConfigError, DatabaseUnavailable, TaskNotFound, TaskqError
-from taskq.model import DEFAULT_MAX_PAYLOAD_BYTES, check_name
+from taskq.model import DEFAULT_MAX_PAYLOAD_BYTES, Resolution, check_name
+from taskq.ops import audit as audit_ops
+from taskq.ops import cancel as cancelling
+from taskq.ops import dlq, panel, stats, switches
+from taskq.ops import tasks as tasks_ops
 
 HERE = Path(__file__).resolve().parent
 
@@ -58,6 +62,13 @@ FLASH = {
     "reset": "Closed {n} breaker(s).",
     "level": "Protection level set.",
     "level_unchanged": "The level was that already.",
+    "assigned": "Assigned {n} dead letter(s).",
+    "resolved": "Resolved {n} dead letter(s).",
+    "cancelled": "Cancelled.",
+    "abort_requested": "Abort requested: the running attempt stops and ends CANCELLED.",
+    "already_cancelled": "It was cancelled already.",
+    "switched": "Switch set. Running handlers see it within a second.",
+    "switch_unchanged": "The switch was set that way already.",
 }
 AUDIT_LIMITS = (50, 200, 1000)
 
@@ -134,7 +145,11 @@ class Dashboard:
             undefined=jinja2.StrictUndefined,
         )
         env.globals.update(
-            age=views.age, when=views.when, pretty_json=views.pretty_json, pct=views.pct
+            age=views.age,
+            when=views.when,
+            pretty_json=views.pretty_json,
+            pct=views.pct,
+            mib=views.mib,
         )
         self.templates = Jinja2Templates(env=env)
         self.streams = 0
@@ -177,6 +192,8 @@ class Dashboard:
         return self.page(
             request,
             "overview.html",
+            range_key=self._range(request),
+            ranges=list(panel.RANGES),
             o=await self.overview_model(),
             headers=views.HEADERS,
             empty=views.EMPTY,
@@ -185,6 +202,64 @@ class Dashboard:
 
     async def overview_json(self, request: Request) -> Response:
         return JSONResponse(await self.overview_model())
+
+    # --- charts, the task browser, workers ----------------------------------------------------
+
+    def _range(self, request: Request) -> str:
+        key = request.query_params.get("range") or "1h"
+        panel.minutes_of(key)  # ConfigError (400) on anything else
+        return key
+
+    async def chart_svg(self, request: Request) -> Response:
+        """One chart as an SVG image (the overview and the type pages embed these)."""
+        key = str(request.path_params["chart"])
+        range_key = self._range(request)
+        task_type = request.query_params.get("task_type") or None
+        found = await run_in_threadpool(
+            panel.charts, self.settings.dsn, range_key, task_type=task_type
+        )
+        chart = next((c for c in found if c.key == key), None)
+        if chart is None:
+            raise HTTPException(404, f"no chart {key!r}")
+        end = time.time()
+        svg = charts.render(chart, start=end - 60 * panel.RANGES[range_key], end=end)
+        return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "no-store"})
+
+    async def task_type_page(self, request: Request) -> Response:
+        task_type = str(request.path_params["task_type"])
+        range_key = self._range(request)
+        return self.page(
+            request,
+            "type.html",
+            task_type=task_type,
+            range_key=range_key,
+            ranges=list(panel.RANGES),
+            chart_keys=["outcomes", "latency", "retries"],
+            refresh_ms=int(self.settings.refresh_seconds * 1000),
+        )
+
+    async def browse(self, request: Request) -> Response:
+        flt = _browse_filters(request.query_params)
+        found = await run_in_threadpool(panel.browse, self.settings.dsn, flt)
+        params = {k: v for k, v in request.query_params.items() if v and k != "before_id"}
+        older = (
+            urlencode({**params, "before_id": found.next_before_id})
+            if found.next_before_id
+            else None
+        )
+        return self.page(
+            request,
+            "tasks.html",
+            flt=flt,
+            found=found,
+            statuses=panel.STATUSES,
+            older=older,
+            first=urlencode(params),
+        )
+
+    async def workers(self, request: Request) -> Response:
+        rows = await run_in_threadpool(panel.workers, self.settings.dsn)
+        return self.page(request, "workers.html", workers=rows)
 
     # --- dead letters --------------------------------------------------------------------------
 
@@ -250,7 +325,77 @@ class Dashboard:
         joiner = "&" if "?" in back else "?"
         return RedirectResponse(f"{back}{joiner}done={verb}&n={len(done)}", 303)
 
+    async def handle(self, request: Request) -> Response:
+        """The handling record of the dead letters shown: assign them, or resolve them."""
+        form = await self.form_of(request)
+        ids = _ids(_text(form, "ids"), self.settings.bulk_limit)
+        note = _text(form, "note")
+        selection = dlq.Selection(ids=ids)
+        if _text(form, "what") == "assign":
+            rows = await run_in_threadpool(
+                dlq.assign,
+                self.settings.dsn,
+                selection,
+                to=_text(form, "to") or "",
+                note=note,
+                by=self.settings.actor,
+            )
+            done = "assigned"
+        elif _text(form, "what") == "resolve":
+            raw = _text(form, "resolution")
+            if raw not in (Resolution.FIXED.value, Resolution.IGNORED.value):
+                raise ConfigError("resolve as fixed or ignored")
+            rows = await run_in_threadpool(
+                dlq.resolve,
+                self.settings.dsn,
+                selection,
+                resolution=Resolution(raw),
+                note=note,
+                by=self.settings.actor,
+            )
+            done = "resolved"
+        else:
+            raise ConfigError("what must be assign or resolve")
+        back = local_path(_text(form, "back") or "/dlq")
+        joiner = "&" if "?" in back else "?"
+        return RedirectResponse(f"{back}{joiner}done={done}&n={len(rows)}", 303)
+
+    async def groups(self, request: Request) -> Response:
+        """Dead letters by error group, and the twice-a-day report."""
+        raw = (request.query_params.get("since") or "12").strip()
+        try:
+            since_hours = float(raw)
+        except ValueError:
+            raise ConfigError(f"since is a number of hours, got {raw!r}") from None
+        if not 0 < since_hours <= 24 * 365:
+            raise ConfigError("since is a number of hours, more than 0")
+        dsn = self.settings.dsn
+        found = await run_in_threadpool(dlq.groups, dsn)
+        report = await run_in_threadpool(dlq.report, dsn, since_seconds=since_hours * 3600)
+        return self.page(
+            request, "groups.html", groups=found, report=report, since=f"{since_hours:g}"
+        )
+
     # --- one task ------------------------------------------------------------------------------
+
+    async def cancel(self, request: Request) -> Response:
+        task_id = int(request.path_params["task_id"])
+        form = await self.form_of(request)
+        result = await run_in_threadpool(
+            cancelling.cancel,
+            self.settings.dsn,
+            cancelling.Target(ids=(task_id,)),
+            with_children=form.get("with_children") == "on",
+            note=_text(form, "note"),
+            by=self.settings.actor,
+        )
+        if task_id in result.aborting:
+            done = "abort_requested"
+        elif task_id in result.already:
+            done = "already_cancelled"
+        else:
+            done = "cancelled"
+        return RedirectResponse(f"/tasks/{task_id}?done={done}", 303)
 
     async def task(self, request: Request) -> Response:
         return await self._task_page(request, int(request.path_params["task_id"]))
@@ -258,8 +403,18 @@ class Dashboard:
     async def _task_page(
         self, request: Request, task_id: int, *, status: int = 200, **extra: Any
     ) -> Response:
-        detail = await run_in_threadpool(ops.task_detail, self.settings.dsn, task_id)
-        context: dict[str, Any] = {"edit_error": "", "edit_text": None, **extra}
+        detail = await run_in_threadpool(tasks_ops.task_detail, self.settings.dsn, task_id)
+        full = request.query_params.get("full") == "1"
+        payload_text, payload_cut = views.payload_preview(
+            detail.row["payload"] if detail.row else None, full=full
+        )
+        context: dict[str, Any] = {
+            "edit_error": "",
+            "edit_text": None,
+            "payload_text": payload_text,
+            "payload_cut": payload_cut,
+            **extra,
+        }
         return self.page(request, "task.html", status, task_id=task_id, d=detail, **context)
 
     async def task_events(self, request: Request) -> Response:
@@ -315,7 +470,7 @@ class Dashboard:
     async def audit(self, request: Request) -> Response:
         params = request.query_params
         action = params.get("action") or None
-        if action is not None and action not in ops.AUDIT_ACTIONS:
+        if action is not None and action not in audit_ops.AUDIT_ACTIONS:
             raise ConfigError(f"unknown action {action!r}")
         raw_id = (params.get("task_id") or "").strip()
         if raw_id and not raw_id.isdigit():
@@ -324,7 +479,7 @@ class Dashboard:
         limit = int(params.get("limit", "50")) if params.get("limit", "50").isdigit() else 50
         limit = limit if limit in AUDIT_LIMITS else 50
         rows = await run_in_threadpool(
-            ops.audit_log,
+            audit_ops.audit_log,
             self.settings.dsn,
             action=action,
             task_id=int(raw_id) if raw_id else None,
@@ -335,7 +490,7 @@ class Dashboard:
             request,
             "audit.html",
             rows=rows,
-            actions=ops.AUDIT_ACTIONS,
+            actions=audit_ops.AUDIT_ACTIONS,
             limits=AUDIT_LIMITS,
             q={"action": action or "", "task_id": raw_id, "task_type": task_type or ""},
             limit=limit,
@@ -346,12 +501,14 @@ class Dashboard:
     async def controls(self, request: Request) -> Response:
         dsn = self.settings.dsn
         pauses = await run_in_threadpool(switches.pauses, dsn)
+        business = await run_in_threadpool(switches.switch_list, dsn)
         circuit = await run_in_threadpool(switches.circuit_status, dsn)
         queues, types = await run_in_threadpool(ops.known_names, dsn)
         return self.page(
             request,
             "controls.html",
             pauses=pauses,
+            business=business,
             circuit=circuit,
             queues=queues,
             types=types,
@@ -379,6 +536,17 @@ class Dashboard:
                 )
                 done = "resumed" if changed else "not_paused"
             return RedirectResponse(f"/controls?done={done}", 303)
+        if what == "switch-set":
+            name = check_name("switch name", form.get("name", ""))
+            value = _text(form, "value")
+            if value not in ("on", "off"):
+                raise ConfigError("a switch is on or off")
+            changed = await run_in_threadpool(
+                switches.switch_set, dsn, name, value == "on", note=note, by=by
+            )
+            return RedirectResponse(
+                f"/controls?done={'switched' if changed else 'switch_unchanged'}", 303
+            )
         if what == "circuit-reset":
             task_type = _text(form, "task_type")
             result = await run_in_threadpool(
@@ -451,11 +619,18 @@ def create_app(
     d = Dashboard(settings, stopping)
     routes = [
         Route("/", d.overview),
+        Route("/charts/{chart}.svg", d.chart_svg),
+        Route("/types/{task_type:path}", d.task_type_page),
+        Route("/tasks", d.browse),
+        Route("/workers", d.workers),
         Route("/api/overview", d.overview_json),
         Route("/dlq", d.dead_letters),
         Route("/dlq/confirm", d.confirm),
         Route("/dlq/requeue", d.act, methods=["POST"]),
         Route("/dlq/discard", d.act, methods=["POST"]),
+        Route("/dlq/handle", d.handle, methods=["POST"]),
+        Route("/dlq/groups", d.groups),
+        Route("/tasks/{task_id:int}/cancel", d.cancel, methods=["POST"]),
         Route("/tasks/{task_id:int}", d.task),
         Route("/tasks/{task_id:int}/events", d.task_events),
         Route("/tasks/{task_id:int}/requeue-edited", d.requeue_edited, methods=["POST"]),
@@ -482,3 +657,32 @@ def create_app(
     )
     app.state.dashboard = d  # tests reach the per-process keys through it
     return app
+
+
+def _browse_filters(params: Any) -> panel.Filters:
+    """The task browser's filters from the query string; bad numbers are a 400, not a 500."""
+
+    def number(name: str, kind: Any = int) -> Any:
+        raw = (params.get(name) or "").strip()
+        if not raw:
+            return None
+        try:
+            return kind(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be a number") from None
+
+    def text(name: str) -> str | None:
+        raw = (params.get(name) or "").strip()
+        return raw or None
+
+    max_age_minutes = number("max_age_minutes", float)
+    return panel.Filters(
+        status=text("status"),
+        task_type=text("task_type"),
+        queue=text("queue"),
+        biz_id=text("biz_id"),
+        trace_id=text("trace_id"),
+        min_id=number("min_id"),
+        before_id=number("before_id"),
+        max_age_seconds=None if max_age_minutes is None else 60 * max_age_minutes,
+    )

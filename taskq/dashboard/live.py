@@ -14,9 +14,9 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
-from taskq import store
-from taskq.db import aconnect
-from taskq.watch import FINAL, PROGRESS_CHANNEL
+from taskq.db import store
+from taskq.db.connection import aconnect
+from taskq.ops.watch import FINAL, PROGRESS_CHANNEL
 
 REREAD_SECONDS = 2.0
 KEEPALIVE_SECONDS = 15.0

@@ -1,7 +1,8 @@
-"""What the dashboard reads and does that the CLI's domain modules do not already offer: the
-dead-letter search by error text and age, the requeue with an edited payload, the audit list
-and the task page's data. Sync functions (short sessions, like the CLI's); the app runs them
-in worker threads so the event loop never blocks on the database."""
+"""What the dashboard reads and does that the operator API (``taskq.ops``) does not already
+offer: the dead-letter search by error text and age, the requeue with an edited payload, the
+names for the pause form. The task page and the audit list come from ``taskq.ops.tasks`` and
+``taskq.ops.audit``, which the CLI shares. Sync functions (short sessions, like the CLI's);
+the app runs them in worker threads so the event loop never blocks on the database."""
 
 from __future__ import annotations
 
@@ -10,23 +11,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskq import store
-from taskq.db import session
+from taskq.db import store
+from taskq.db.connection import session
 from taskq.errors import ConfigError, PayloadError, TaskNotFound
-from taskq.model import Status, check_name, encode_payload
+from taskq.model import DeadLetterFilter, DeadLetterState, check_name, encode_payload
 
 Row = dict[str, Any]
-
-# The audit actions taskq writes (the Audit page's filter offers these).
-AUDIT_ACTIONS = (
-    "dlq_requeue",
-    "dlq_requeue_edited",
-    "dlq_discard",
-    "pause",
-    "resume",
-    "breaker_reset",
-    "protection_level",
-)
 
 
 def _hours(name: str, text: str | None) -> float | None:
@@ -50,6 +40,8 @@ class DeadFilter:
     error: str | None = None
     older_than_hours: float | None = None
     newer_than_hours: float | None = None
+    group: str | None = None
+    state: DeadLetterState | None = None
 
     @classmethod
     def parse(cls, params: Any) -> DeadFilter:
@@ -62,6 +54,8 @@ class DeadFilter:
             error=(params.get("error") or "").strip() or None,
             older_than_hours=_hours("older than", params.get("older_than")),
             newer_than_hours=_hours("newer than", params.get("newer_than")),
+            group=_group(params.get("group")),
+            state=_state(params.get("state")),
         )
 
     def params(self) -> dict[str, str]:
@@ -71,8 +65,39 @@ class DeadFilter:
             "error": self.error,
             "older_than": None if self.older_than_hours is None else f"{self.older_than_hours:g}",
             "newer_than": None if self.newer_than_hours is None else f"{self.newer_than_hours:g}",
+            "group": self.group,
+            "state": None if self.state is None else self.state.value,
         }
         return {k: v for k, v in found.items() if v is not None}
+
+    def where(self) -> DeadLetterFilter:
+        return DeadLetterFilter(
+            task_type=self.task_type,
+            error=self.error,
+            older_than_seconds=_seconds(self.older_than_hours),
+            newer_than_seconds=_seconds(self.newer_than_hours),
+            fingerprint=self.group,
+            state=self.state,
+        )
+
+
+def _group(text: str | None) -> str | None:
+    value = (text or "").strip().lower()
+    if not value:
+        return None
+    if len(value) != 12 or any(c not in "0123456789abcdef" for c in value):
+        raise ConfigError(f"an error group is 12 hex characters, got {text!r}")
+    return value
+
+
+def _state(text: str | None) -> DeadLetterState | None:
+    value = (text or "").strip()
+    if not value:
+        return None
+    try:
+        return DeadLetterState(value)
+    except ValueError:
+        raise ConfigError(f"state is new, investigating or resolved, got {text!r}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,14 +111,7 @@ class DeadLetters:
 def search_dead(dsn: str, flt: DeadFilter, *, limit: int) -> DeadLetters:
     """The dead letters matching ``flt``, newest first, and the types that have any."""
     with session(dsn) as conn:
-        found = store.dlq_search(
-            conn,
-            task_type=flt.task_type,
-            error=flt.error,
-            older_than_seconds=_seconds(flt.older_than_hours),
-            newer_than_seconds=_seconds(flt.newer_than_hours),
-            limit=limit,
-        )
+        found = store.dlq_list(conn, limit=limit, where=flt.where())
         types = sorted({r["task_type"] for r in store.backlog(conn) if r["dead_letter"]})
     matching = int(found[0]["matching"]) if found else 0
     return DeadLetters(rows=found, matching=matching, task_types=types)
@@ -142,37 +160,6 @@ def requeue_edited(
             row = store.get_task(conn, task_id)
             state = row["status"] if row else "no such task"
             raise TaskNotFound(f"task {task_id} is not a dead letter ({state}), nothing changed")
-
-
-@dataclass(frozen=True, slots=True)
-class TaskDetail:
-    row: Row | None
-    """None when the task is gone (discarded or pruned); its audit history may remain."""
-    tree: list[Row]
-    audit: list[Row]
-
-    @property
-    def final(self) -> bool:
-        return self.row is None or self.row["status"] in (Status.SUCCESS, Status.DEAD_LETTER)
-
-
-def task_detail(dsn: str, task_id: int) -> TaskDetail:
-    with session(dsn) as conn:
-        row = store.get_task(conn, task_id)
-        tree = store.task_tree(conn, task_id) if row is not None else []
-        audit = store.audit_for_task(conn, task_id)
-    if row is None and not audit:
-        raise TaskNotFound(f"no task with id {task_id}")
-    return TaskDetail(row=row, tree=tree, audit=audit)
-
-
-def audit_log(
-    dsn: str, *, action: str | None, task_id: int | None, task_type: str | None, limit: int
-) -> list[Row]:
-    with session(dsn) as conn:
-        return store.audit_list(
-            conn, action=action, task_id=task_id, task_type=task_type, limit=limit
-        )
 
 
 def known_names(dsn: str) -> tuple[list[str], list[str]]:

@@ -25,10 +25,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import math
+import os
 import secrets
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -41,7 +45,8 @@ from taskq.errors import ConfigError
 
 SESSION_COOKIE = "taskq_session"
 SESSION_SECONDS = 12 * 3600
-MIN_TOKEN_LENGTH = 16
+MIN_TOKEN_LENGTH = 32
+MIN_TOKEN_BITS = 80
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 CONTENT_SECURITY_POLICY = (
@@ -58,6 +63,8 @@ SECURITY_HEADERS = {
 
 # Paths anyone may fetch: the login form and the dashboard's own CSS/JS (no data in them).
 PUBLIC_PREFIXES = ("/login", "/static/")
+# Every form but the payload editor is a few fields: a login, a note, a list of ids.
+SMALL_BODY_BYTES = 256 * 1024
 # POSTs that change nothing in the queue, so --read-only still allows them.
 SESSION_PATHS = ("/login", "/logout")
 
@@ -72,13 +79,49 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def token_bits(token: str) -> float:
+    """A rough estimate of a token's entropy: its length times the Shannon entropy of its own
+    character frequencies. Catches ``aaaa…`` (0 bits) and ``abab…`` (1 bit a character); a
+    random hex or base64 token of 32 characters scores 110-190."""
+    n = len(token)
+    if not n:
+        return 0.0
+    return -n * sum(c / n * math.log2(c / n) for c in Counter(token).values())
+
+
+def check_token(token: str) -> None:
+    if len(token) < MIN_TOKEN_LENGTH or token_bits(token) < MIN_TOKEN_BITS:
+        raise ConfigError(
+            f"the dashboard token must be at least {MIN_TOKEN_LENGTH} random characters "
+            "(e.g. openssl rand -hex 24), or let --auth-token-file generate one"
+        )
+
+
+def token_from_file(path: Path) -> tuple[str, bool]:
+    """The token stored in ``path``; a missing file is created (mode 0600) with a new random
+    token. Returns (token, generated)."""
+    try:
+        return path.read_text(encoding="utf-8").strip(), False
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ConfigError(f"cannot read the token file {path}: {exc.strerror or exc}") from None
+    token = secrets.token_urlsafe(32)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(token + "\n")
+    except FileExistsError:  # another process created it first: use theirs
+        return path.read_text(encoding="utf-8").strip(), False
+    except OSError as exc:
+        raise ConfigError(f"cannot write the token file {path}: {exc.strerror or exc}") from None
+    return token, True
+
+
 def check_binding(host: str, token: str | None) -> None:
     """Refuse to serve an unauthenticated dashboard beyond this machine, or a guessable token."""
-    if token is not None and len(token) < MIN_TOKEN_LENGTH:
-        raise ConfigError(
-            f"--auth-token must be at least {MIN_TOKEN_LENGTH} characters "
-            "(e.g. openssl rand -hex 24)"
-        )
+    if token is not None:
+        check_token(token)
     if token is None and not is_loopback(host):
         raise ConfigError(
             f"refusing to serve the dashboard on {host} without --auth-token "
@@ -177,10 +220,19 @@ def local_path(target: str | None) -> str:
     return target
 
 
+class BodyTooLarge(Exception):
+    """The request body grew past the limit while it was being read."""
+
+
 class Guard:
     """ASGI middleware in front of every route: security headers on every response, the Host
     check, authentication, the read-only switch and a request size limit. CSRF is checked where
-    the form is read (``app.form_of``): reading the body here would consume it."""
+    the form is read (``app.form_of``): reading the body here would consume it.
+
+    The size limit comes first, before any authentication work, and holds while the body
+    streams: a declared ``Content-Length`` over the limit is refused at once, and a chunked
+    body (no length) is counted as it arrives and cut off at the limit, so no request can make
+    the server buffer more than ``max_body_bytes``."""
 
     def __init__(self, app: ASGIApp, *, keys: Keys, read_only: bool, max_body_bytes: int) -> None:
         self.app = app
@@ -194,11 +246,52 @@ class Guard:
             return
         send = _with_headers(send, static=scope["path"].startswith("/static/"))
         conn = HTTPConnection(scope)
-        refusal = self._refusal(conn)
+        refusal = self._too_large(conn) or self._refusal(conn)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        started = False
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        limit = self._limit(scope["path"])
+        try:
+            await self.app(scope, self._counted(receive, limit), watched_send)
+        except BodyTooLarge:
+            if started:
+                raise
+            await PlainTextResponse("request too large", 413)(scope, receive, send)
+
+    def _limit(self, path: str) -> int:
+        """Only the payload editor takes a payload-sized body."""
+        if path.endswith("/requeue-edited"):
+            return self.max_body_bytes
+        return min(SMALL_BODY_BYTES, self.max_body_bytes)
+
+    @staticmethod
+    def _counted(receive: Receive, limit: int) -> Receive:
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge(f"request body over {limit} bytes")
+            return message
+
+        return counted
+
+    def _too_large(self, conn: HTTPConnection) -> Response | None:
+        length = conn.headers.get("content-length")
+        limit = self._limit(conn.url.path)
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return PlainTextResponse("request too large", 413)
+        return None
 
     def _refusal(self, conn: HTTPConnection) -> Response | None:
         path, method = conn.url.path, conn.scope["method"]
@@ -217,9 +310,6 @@ class Guard:
             return PlainTextResponse("method not allowed", 405)
         if method == "POST" and self.read_only and path not in SESSION_PATHS:
             return PlainTextResponse("this dashboard is read-only", 403)
-        length = conn.headers.get("content-length", "0")
-        if not length.isdigit() or int(length) > self.max_body_bytes:
-            return PlainTextResponse("request too large", 413)
         return None
 
 

@@ -10,9 +10,10 @@ import json
 from typing import Any
 from urllib.parse import urlencode
 
-from taskq.cli import age as age  # re-exported for the templates
-from taskq.control import Level
-from taskq.stats import Report
+from taskq.control.state import Level
+from taskq.ops.formatting import age as age  # re-exported for the templates
+from taskq.ops.formatting import blocked_reason
+from taskq.ops.stats import Report
 
 Cell = dict[str, Any]
 TableRow = dict[str, Any]
@@ -29,17 +30,22 @@ HEADERS: dict[str, list[str]] = {
         "oldest runnable",
         "done / min",
         "failure rate",
+        "cancelled",
         "state",
     ],
     "queues": ["queue", "running", "slots", "workers", "use"],
     "pauses": ["kind", "name", "by", "for", "note"],
     "breakers": ["task type", "state", "since", "reason"],
+    "limits": ["task type", "running / cap", "per key", "rate", "tokens", "fair", "limited"],
+    "blocked": ["ordering key", "head task", "type", "queue", "status", "waiting", "behind", "why"],
 }
 EMPTY = {
     "types": "no tasks",
     "queues": "no queues",
     "pauses": "nothing is paused",
     "breakers": "every breaker is closed",
+    "limits": "no flow limits (taskq limits set TYPE ...)",
+    "blocked": "no ordering key is blocked",
 }
 
 
@@ -53,6 +59,19 @@ def when(value: dt.datetime | None) -> str:
 
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+PAYLOAD_PREVIEW_CHARS = 64 * 1024
+
+
+def payload_preview(value: Any, *, full: bool) -> tuple[str, int]:
+    """The payload as the task page shows it, and how many characters were left out (0: all
+    of it). A multi-megabyte payload would make the page huge and slow to render."""
+    if not full:
+        compact = json.dumps(value, ensure_ascii=False, default=str)
+        if len(compact) > PAYLOAD_PREVIEW_CHARS:
+            return compact[:PAYLOAD_PREVIEW_CHARS], len(compact) - PAYLOAD_PREVIEW_CHARS
+    return pretty_json(value), 0
 
 
 def level_class(level: int) -> str:
@@ -79,6 +98,8 @@ def overview(report: Report) -> dict[str, Any]:
             state.append("paused")
         if t.breaker != "CLOSED":
             state.append(f"breaker {t.breaker}")
+        if t.limits is not None and t.limits["held"]:
+            state.append(f"limited {t.limits['held']}")
         types.append(
             {
                 "attrs": {"data-queue": t.queue, "data-task-type": t.task_type},
@@ -108,6 +129,7 @@ def overview(report: Report) -> dict[str, Any]:
                         value=t.failure_rate,
                         cls="num" + (" alert" if t.failure_rate else ""),
                     ),
+                    _num("cancelled", int(t.outcomes.get("cancelled", 0))),
                     _cell("state", ", ".join(state) or "running", cls="alert" if state else ""),
                 ],
             }
@@ -153,6 +175,44 @@ def overview(report: Report) -> dict[str, Any]:
         for b in report.breakers
         if b["state"] != "CLOSED"
     ]
+    limits = [
+        {
+            "attrs": {"data-task-type": f["task_type"]},
+            "cells": [
+                _cell("task_type", f["task_type"]),
+                _cell(
+                    "running",
+                    f"{f['running']} / {f['max_running'] or '-'}",
+                    value=f["running"],
+                    cls="num",
+                ),
+                _cell("per_key", f["max_running_per_key"] or "-", cls="num"),
+                _cell("rate", f["rate_text"] or "-"),
+                _cell(
+                    "tokens", f"{f['tokens']:.1f}" if f["tokens"] is not None else "-", cls="num"
+                ),
+                _cell("fair", "yes" if f["fair"] else "no"),
+                _num("limited", int(f["held"]), alert=True),
+            ],
+        }
+        for f in report.limits
+    ]
+    blocked = [
+        {
+            "attrs": {"data-ordering-key": k["ordering_key"]},
+            "cells": [
+                _cell("ordering_key", k["ordering_key"]),
+                _cell("head", str(k["head_id"]), href=f"/tasks/{k['head_id']}"),
+                _cell("task_type", k["head_task_type"]),
+                _cell("queue", k["head_queue"]),
+                _cell("status", k["head_status"], cls="alert"),
+                _cell("waiting", age(k["head_waiting_seconds"]), cls="num"),
+                _num("behind", int(k["waiting"])),
+                _cell("why", blocked_reason(k)),
+            ],
+        }
+        for k in report.blocked_keys
+    ]
     health = report.health or {}
     return {
         "minutes": report.minutes,
@@ -163,7 +223,14 @@ def overview(report: Report) -> dict[str, Any]:
             "reason": report.protection["reason"] or "",
             "cls": level_class(level),
         },
-        "tables": {"types": types, "queues": queues, "pauses": pauses, "breakers": breakers},
+        "tables": {
+            "types": types,
+            "queues": queues,
+            "pauses": pauses,
+            "breakers": breakers,
+            "limits": limits,
+            "blocked": blocked,
+        },
         "health": (
             f"dead tuples {health.get('dead_tuples', '-')}, "
             f"oldest transaction {age(health.get('oldest_transaction_seconds'))}, "
@@ -172,3 +239,8 @@ def overview(report: Report) -> dict[str, Any]:
             else "-"
         ),
     }
+
+
+def mib(n: int | None) -> str:
+    """Bytes as MiB, for the workers page; "-" before the first report."""
+    return "-" if n is None else f"{n / 2**20:.0f} MiB"

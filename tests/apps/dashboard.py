@@ -31,3 +31,12 @@ def steps(ctx: taskq.TaskContext, payload: Any) -> None:
     wait_for(payload["go"])
     ctx.progress(50, "halfway")
     wait_for(payload["finish"])
+
+
+@app.task("dash.forever", timeout=120)
+async def forever(ctx: taskq.TaskContext, payload: Any) -> None:
+    """Runs until an operator aborts it from the page (the asyncio task is cancelled)."""
+    import asyncio
+
+    ctx.progress(10, "waiting to be aborted")
+    await asyncio.sleep(120)

@@ -38,6 +38,27 @@ async def wedge_first(ctx: taskq.TaskContext, payload: Any) -> None:
         time.sleep(payload["seconds"])  # noqa: ASYNC251 - wedging the loop is the point
 
 
+@app.task("fault.sync_span", timeout=60)
+def sync_span(ctx: taskq.TaskContext, payload: Any) -> None:
+    """A sync handler that records when each run starts and ends (wall clock, one machine):
+    ``<task_id> <pid> start|end <time>`` in $TASKQ_TEST_RUNS_DIR/spans-<pid>.log."""
+    span(ctx, "start")
+    time.sleep(payload["seconds"])
+    span(ctx, "end")
+
+
+def span(ctx: taskq.TaskContext, edge: str) -> None:
+    folder = os.environ["TASKQ_TEST_RUNS_DIR"]
+    line = f"{ctx.task_id} {os.getpid()} {edge} {time.time():.6f}\n".encode()
+    fd = os.open(
+        os.path.join(folder, f"spans-{os.getpid()}.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    )
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
 @app.task("fault.poison", max_retry_count=2, retry_delay=0.2, retry_jitter=0.1)
 def poison(ctx: taskq.TaskContext, payload: Any) -> None:
     """Kills whichever worker runs it, every time."""

@@ -64,6 +64,27 @@
     });
   }
 
+  // --- charts: reload each <img> (an SVG drawn on the server) with a fresh query ------------
+
+  function refreshCharts() {
+    Array.prototype.forEach.call(document.querySelectorAll("img.chart"), function (img) {
+      var url = new URL(img.getAttribute("src"), window.location.href);
+      url.searchParams.set("t", String(Date.now()));
+      var next = new Image();
+      next.onload = function () {
+        img.src = next.src; // swap only once loaded: no flicker, no broken image on errors
+      };
+      next.src = url.pathname + url.search;
+    });
+  }
+
+  function pollCharts() {
+    var every = Math.max(Number(body.dataset.refreshMs) || 2000, 5000);
+    setInterval(function () {
+      if (!document.hidden) refreshCharts();
+    }, every);
+  }
+
   function pollOverview() {
     var every = Number(body.dataset.refreshMs) || 2000;
     var stale = $("stale");
@@ -83,6 +104,7 @@
         })
         .then(function (o) {
           renderOverview(o);
+          refreshCharts();
           stale.hidden = true;
         })
         .catch(function () {
@@ -147,5 +169,6 @@
   }
 
   if (body.dataset.page === "overview") pollOverview();
+  if (body.dataset.page === "type") pollCharts();
   if (body.dataset.live) followTask(body.dataset.live);
 })();

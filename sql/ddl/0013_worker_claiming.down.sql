@@ -1,0 +1,3 @@
+ALTER TABLE taskq.workers
+    DROP COLUMN claiming_stopped_at,
+    DROP COLUMN claiming_stopped_reason;

@@ -1,0 +1,1 @@
+ALTER TABLE taskq.tasks DROP COLUMN traceparent;

@@ -1,0 +1,170 @@
+"""Where connections come from, and the translation of connection failures.
+
+Every connection taskq opens is tagged with an ``application_name`` (``taskq-<role>-<pid>``),
+so an operator (or a fault test) can find it in ``pg_stat_activity``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import dict_row
+
+from taskq.errors import DatabaseUnavailable, SchemaMissing, TaskqError
+
+ConnectionError_ = (psycopg.OperationalError, psycopg.InterfaceError)
+"""What a lost or refused connection raises (server restart, terminated backend, network)."""
+
+
+def for_writes(dsn: str) -> str:
+    """The DSN with ``target_session_attrs=read-write`` when it names several hosts and does
+    not say which kind of server it wants.
+
+    A multi-host DSN (``host=h1,h2`` or ``postgresql://h1,h2/db``) lists the primary and its
+    standbys; libpq takes the first host that answers, which after a failover may be the demoted
+    old primary, back as a read-only standby. taskq writes on every connection it keeps, so it
+    asks libpq for the writable one. A DSN that already sets ``target_session_attrs`` (or names
+    one host, which may well be a standby an operator reads from) is left alone.
+    """
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return dsn  # let connect() report the malformed DSN
+    if "," not in str(params.get("host") or "") or "target_session_attrs" in params:
+        return dsn
+    return make_conninfo(dsn, target_session_attrs="read-write")
+
+
+def application_name(role: str) -> str:
+    return f"taskq-{role}-{os.getpid()}"
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0].strip()
+
+
+def missing_schema(exc: BaseException) -> bool:
+    """Whether ``exc`` says the taskq schema (or one of its objects) does not exist."""
+    missing = (
+        psycopg.errors.UndefinedTable,
+        psycopg.errors.InvalidSchemaName,
+        psycopg.errors.UndefinedFunction,
+    )
+    return isinstance(exc, missing) and "taskq" in str(exc)
+
+
+def unavailable(exc: BaseException) -> TaskqError:
+    """The one-line error for a failure to reach or use the database: a missing schema says
+    "run taskq migrate" (exit 1); anything else is "database unavailable" (exit 3)."""
+    if missing_schema(exc):
+        return SchemaMissing(first_line(exc))
+    return DatabaseUnavailable(f"database unavailable: {first_line(exc)}")
+
+
+def connect(
+    dsn: str, *, role: str = "cli", autocommit: bool = False, **kwargs: Any
+) -> psycopg.Connection[dict[str, Any]]:
+    """A sync connection with dict rows (the CLI and tests use these). ``kwargs`` go to
+    ``psycopg.connect`` (the worker passes ``pooler_kwargs``)."""
+    try:
+        return psycopg.connect(
+            for_writes(dsn),
+            autocommit=autocommit,
+            row_factory=dict_row,
+            application_name=application_name(role),
+            connect_timeout=10,
+            **kwargs,
+        )
+    except ConnectionError_ as exc:
+        raise unavailable(exc) from None
+
+
+def pooler_kwargs(*, pgbouncer: bool) -> dict[str, Any]:
+    """Connection arguments for a worker whose connections go through PgBouncer in transaction
+    mode (``taskq worker --pgbouncer``).
+
+    psycopg prepares a statement server-side once it has run 5 times (``prepare_threshold``);
+    the prepared statement lives in one server session, and under transaction pooling the next
+    transaction may get another session: "prepared statement _pg3_0 does not exist" (or
+    "already exists"). ``prepare_threshold=None`` never prepares; the cost is planning each
+    statement again, small next to a round trip. Everything else taskq runs through such a
+    connection is session-free: one statement or one transaction at a time, advisory locks only
+    transaction-scoped; LISTEN, the one session-bound thing, has its own direct connection.
+    """
+    return {"prepare_threshold": None} if pgbouncer else {}
+
+
+def connect_plain(dsn: str, *, role: str) -> psycopg.Connection[Any]:
+    """A sync connection with psycopg's default (tuple) rows, for user code (reconcilers)."""
+    try:
+        return psycopg.connect(
+            for_writes(dsn), application_name=application_name(role), connect_timeout=10
+        )
+    except ConnectionError_ as exc:
+        raise unavailable(exc) from None
+
+
+async def aconnect(
+    dsn: str, *, role: str, autocommit: bool = False, **kwargs: Any
+) -> psycopg.AsyncConnection[dict[str, Any]]:
+    try:
+        return await psycopg.AsyncConnection.connect(
+            for_writes(dsn),
+            autocommit=autocommit,
+            row_factory=dict_row,
+            application_name=application_name(role),
+            connect_timeout=10,
+            **kwargs,
+        )
+    except ConnectionError_ as exc:
+        raise unavailable(exc) from None
+
+
+def _maybe_gone(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether an idle pooled connection may have been closed by the server, found without a
+    round trip. An idle connection receives nothing, unless the server is saying goodbye: a
+    terminated backend, a restart, a failover or a PgBouncer restart send an error and close.
+    Anything waiting on the socket (or a broken socket) means: test it for real."""
+    if conn.closed or conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+        return True
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def check_connection(conn: psycopg.Connection[Any]) -> None:
+    """The sync pools' ``check`` at checkout: raise (the pool then discards the connection and
+    hands out another) if the server closed it while it sat idle. Costs a round trip only when
+    something arrived on the idle socket, so the hot path pays nothing."""
+    if _maybe_gone(conn):
+        if conn.closed:
+            raise psycopg.OperationalError("the connection is closed")
+        conn.execute("")
+
+
+async def acheck_connection(conn: psycopg.AsyncConnection[Any]) -> None:
+    """``check_connection`` for the async pools."""
+    if _maybe_gone(conn):
+        if conn.closed:
+            raise psycopg.OperationalError("the connection is closed")
+        await conn.execute("")
+
+
+@contextlib.contextmanager
+def session(dsn: str, *, role: str = "cli") -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    """One short-lived connection; commits on success, rolls back on error."""
+    conn = connect(dsn, role=role)
+    try:
+        with conn:
+            yield conn
+    except ConnectionError_ as exc:
+        raise unavailable(exc) from None

@@ -1,0 +1,56 @@
+"""Cursors and row helpers shared by the store modules."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from taskq.db.connection import first_line, missing_schema
+from taskq.db.sqlfiles import query
+from taskq.errors import SchemaMissing
+
+Row = dict[str, Any]
+SyncTarget = psycopg.Connection[Any] | psycopg.Cursor[Any]
+AsyncTarget = psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any]
+
+
+def _sync_cursor(target: SyncTarget) -> psycopg.Cursor[Row]:
+    conn = target.connection if isinstance(target, psycopg.Cursor) else target
+    return conn.cursor(row_factory=dict_row)
+
+
+def _async_cursor(target: AsyncTarget) -> psycopg.AsyncCursor[Row]:
+    conn = target.connection if isinstance(target, psycopg.AsyncCursor) else target
+    return conn.cursor(row_factory=dict_row)
+
+
+def _all(
+    conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any] | None = None
+) -> list[Row]:
+    with _sync_cursor(conn) as cur:
+        cur.execute(query(name), params or {})
+        return cur.fetchall()
+
+
+async def _aall(
+    conn: psycopg.AsyncConnection[Any], name: str, params: Mapping[str, Any] | None = None
+) -> list[Row]:
+    async with _async_cursor(conn) as cur:
+        await cur.execute(query(name), params or {})
+        return await cur.fetchall()
+
+
+@contextlib.contextmanager
+def schema_required() -> Iterator[None]:
+    """Turn "relation taskq.tasks does not exist" into ``SchemaMissing`` ("run taskq migrate")
+    for callers of the public API, instead of a raw psycopg error."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        if missing_schema(exc):
+            raise SchemaMissing(first_line(exc)) from None
+        raise

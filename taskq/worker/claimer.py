@@ -1,0 +1,433 @@
+"""The Claimer: one per queue. Claims runnable tasks, never more than its free slots, and hands
+each one to the executor.
+
+It claims when (a) the notifier says the queue got work, (b) the jittered poll fires (the
+fallback for lost notifications and for retries coming due), or (c) a slot frees up while the
+last claim came back full (there is probably more). After a claim that came back short the
+queue is drained, and freed slots wait for (a) or (b) instead of querying an empty queue.
+While the completer has ``capacity`` outcomes waiting to be written, it claims nothing
+(back-pressure: a struggling database gets fewer new attempts, not more).
+
+Tasks marked isolate (they were running beside an attempt that crashed the process) are never
+in these batches: the worker's isolator (``isolator.py``) closes ``gate`` to stop every
+claimer of the process, waits until nothing runs, and has one claimer run one such task alone
+(``claim_isolated``).
+
+The claimer never writes an outcome: it hands every one to the completer (``report``), which
+also logs lost leases (``on_lease_lost``).
+
+Wake-ups are coalesced: after a round that came back short, the next round starts no sooner
+than ``coalesce_seconds`` after it, however many notifications arrive meanwhile. NOTIFY is
+only a hint (anyone who can connect may send one), so a flood of them costs at most one claim
+round per queue per ``coalesce_seconds``; a queue that is being drained (full rounds) is never
+held back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+from psycopg_pool import AsyncConnectionPool
+
+from taskq import logs
+from taskq.backoff import Backoff, jittered
+from taskq.control.protection import Policy, claim_policy
+from taskq.control.state import ControlWatcher
+from taskq.db import store
+from taskq.model import Claimed, ClaimedTask, TaskOptions
+from taskq.outcome import Outcome
+from taskq.service import OUTAGE_ERRORS, Service
+from taskq.worker.executor import Executor
+from taskq.worker.metrics import Metrics
+
+log = structlog.get_logger("taskq.worker.claimer")
+
+
+class Claimer(Service):
+    name = "claimer"
+
+    def __init__(
+        self,
+        *,
+        queue: str,
+        slots: int,
+        handlers: Sequence[TaskOptions],
+        pool: AsyncConnectionPool[Any],
+        executor: Executor,
+        report: Callable[[Outcome], None],
+        worker_id: str,
+        poll_interval_seconds: float,
+        control: ControlWatcher,
+        metrics: Metrics,
+        probe_timeout_seconds: float = 300.0,
+        memory_ok: Callable[[], bool] | None = None,
+        room: asyncio.Event | None = None,
+        on_lease_lost: Callable[..., None] | None = None,
+        coalesce_seconds: float = 0.005,
+        gate: asyncio.Event | None = None,
+    ) -> None:
+        super().__init__(queue=queue)
+        self.queue = queue
+        self.slots = slots
+        self._handlers = list(handlers)
+        self._pool = pool
+        self._executor = executor
+        self._report = report
+        self._worker_id = worker_id
+        self._poll = poll_interval_seconds
+        self._memory_ok = memory_ok
+        self._control = control
+        self._metrics = metrics
+        self._running = metrics.running_child(queue)
+        self._probe_timeout = probe_timeout_seconds
+        self._room = room
+        self._on_lease_lost = on_lease_lost
+        self._coalesce = coalesce_seconds
+        self.gate = gate
+        """Cleared by the isolator: claim nothing until it is set again."""
+        self.round = asyncio.Lock()
+        """Held through a claim round: once the gate is cleared, acquiring it once means no
+        round that missed the gate is still out."""
+        self._last_round = float("-inf")
+        self._last_full = False
+        self._backoff = Backoff(initial=0.1, cap=5.0)
+        self._group: asyncio.TaskGroup | None = None
+        self._wake = asyncio.Event()
+        self._wake.set()  # look once at start
+        self._changed = asyncio.Event()
+        self._stopping = False
+        self._stop_event = asyncio.Event()
+        self._in_flight: dict[int, ClaimedTask] = {}  # holding a slot
+        self._live: dict[int, ClaimedTask] = {}  # running, outcome not yet reported
+        self._lost: set[int] = set()
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self.claiming = False
+        """A claim round is out: its reply (new attempts) may still arrive."""
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.memory_blocked = asyncio.Event()  # set each time the memory guard refuses a claim
+        self.claims = 0  # claim statements run
+        self.rounds = 0  # claim rounds started (a paused or throttled round runs no statement)
+        self._token_due: float | None = None  # monotonic time a rate-limited type gets a token
+
+    @property
+    def free_slots(self) -> int:
+        return self.slots - len(self._in_flight)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop claiming now; in-flight tasks keep running."""
+        self._stopping = True
+        self._stop_event.set()
+        self._changed.set()
+        self._wake.set()
+
+    def holds(self, task_id: int) -> bool:
+        """The attempt occupies a slot here (running, or its thread not yet gone)."""
+        return task_id in self._in_flight
+
+    def held(self) -> list[tuple[int, uuid.UUID]]:
+        """The attempts this claimer is running (for the heartbeat's lease check). Called from
+        the heartbeat thread: ``dict.copy`` is atomic under the GIL."""
+        return [(t.id, t.effective_id) for t in self._live.copy().values()]
+
+    def lease_lost(self, task_ids: list[int]) -> None:
+        """The heartbeat found these attempts taken away (rescued by the reaper, probably
+        re-claimed elsewhere). Stop an async handler now; a sync thread cannot be stopped, so
+        its result will simply be fenced out when it reports."""
+        for task_id in task_ids:
+            task = self._live.get(task_id)
+            if task is None:
+                continue  # it finished between the heartbeat's snapshot and its answer
+            self._lost.add(task_id)
+            is_async = self._executor.is_async(task.task_type)
+            if self._on_lease_lost is not None:
+                self._on_lease_lost(
+                    task,
+                    detected_by="heartbeat",
+                    outcome=None,
+                    action="cancelled" if is_async else "fenced",
+                )
+            running = self._tasks.get(task_id)
+            if running is not None and is_async:
+                running.cancel()
+
+    def interrupt(self, *, force: bool = False) -> None:
+        """The shutdown timeout is up: cancel the async attempts (each is released, uncharged,
+        once its handler has stopped) and stop waiting for sync threads that overran their
+        timeout (their outcome is written already). A sync thread still running inside its
+        timeout is waited for: it cannot be stopped, and releasing its row would let another
+        worker run the task at the same time. ``force`` stops waiting for those too: their rows
+        stay PROCESSING until the process has exited (the reaper rescues them)."""
+        for task_id, running in list(self._tasks.items()):
+            task = self._in_flight.get(task_id)
+            if (
+                force
+                or task is None
+                or self._executor.is_async(task.task_type)
+                or task_id not in self._live
+            ):
+                running.cancel()
+
+    async def run(self) -> None:
+        self._running.set(0)
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                await self._claim_loop()
+        finally:
+            self._group = None
+
+    async def _claim_loop(self) -> None:
+        while not self._stopping:
+            if self.free_slots <= 0:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            if not self._wake.is_set():
+                wait = jittered(self._poll)
+                if self._token_due is not None:
+                    # A rate-limited type has due work: look again when its next token comes.
+                    wait = min(wait, max(0.0, self._token_due - time.monotonic()))
+                try:
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+            if not self._last_full:
+                # Coalesce wake-ups after a short round: the queue was drained then, so a
+                # notification is a hint that can wait a few milliseconds for the ones behind it.
+                gap = self._last_round + self._coalesce - time.monotonic()
+                if gap > 0:
+                    await asyncio.sleep(gap)
+            if self._stopping:
+                break
+            if self._room is not None and not self._room.is_set():
+                await self._wait_for_room(self._room)  # back-pressure: the completer is behind
+                if self._stopping:
+                    break
+            if self._memory_ok is not None and not self._memory_ok():
+                # Over the memory limit: claim nothing until the next poll says otherwise.
+                self.memory_blocked.set()
+                await asyncio.sleep(jittered(self._poll))
+                continue
+            try:
+                await self.run_once()
+            except OUTAGE_ERRORS as exc:
+                self.outage.failed(exc)
+                self._wake.set()  # try again after the pause
+                await asyncio.sleep(self._backoff.next_delay())
+                await _purge_broken(self._pool)
+                continue
+            except Exception:  # loop boundary: log, pause, keep serving
+                log.exception("service_failed", service=self.name, queue=self.queue)
+                await asyncio.sleep(jittered(self._poll))
+                continue
+            self.outage.recovered()
+            self._backoff.reset()
+
+    async def run_once(self, group: asyncio.TaskGroup | None = None) -> list[ClaimedTask]:
+        """One claim round: claim what the control state and the free slots allow and start
+        each task in ``group`` (the claimer's own while ``run`` is running)."""
+        group = group or self._group
+        if group is None:
+            raise RuntimeError("Claimer.run_once needs a task group to run the tasks in")
+        self._wake.clear()
+        async with self.round:
+            if self.gate is not None and not self.gate.is_set():
+                return []  # the isolator is emptying the process: it wakes us when it is done
+            self._last_round = time.monotonic()
+            self._last_full = False
+            self.rounds += 1
+            policy = claim_policy(
+                self._control.state,
+                queue=self.queue,
+                handlers=self._handlers,
+                free=self.free_slots,
+                slots=self.slots,
+            )
+            if policy.limit <= 0 or not (policy.handlers or policy.probes):
+                return []  # paused, stopped or throttled: wait for a control change or the poll
+            self.claiming = True
+            try:
+                async with self._pool.connection() as conn:
+                    claimed = await self._claim(conn, policy)
+            except BaseException:
+                self.claiming = False
+                raise
+            self.claims += 1
+            # A rate-limited type with due work says when its next token comes: look again then.
+            self._token_due = (
+                None if claimed.held_for is None else time.monotonic() + claimed.held_for
+            )
+            if len(claimed) == policy.limit:
+                self._last_full = True
+                self._wake.set()  # a full batch: there is probably more
+            self._start(claimed, group)
+            self.claiming = False
+            return claimed
+
+    async def claim_isolated(self) -> ClaimedTask | None:
+        """Claim one task marked isolate and start it (the isolator calls this once it has
+        emptied the process). None: nothing to claim, or this claimer cannot run it now."""
+        group = self._group
+        if group is None or self._stopping or self._in_flight:
+            return None
+        if self._memory_ok is not None and not self._memory_ok():
+            return None
+        async with self.round:
+            policy = claim_policy(
+                self._control.state,
+                queue=self.queue,
+                handlers=self._handlers,
+                free=self.free_slots,
+                slots=self.slots,
+            )
+            if policy.limit <= 0 or not policy.handlers:
+                return None  # paused or throttled
+            self.claiming = True
+            try:
+                async with self._pool.connection() as conn:
+                    claimed = await store.claim_batch(
+                        conn,
+                        queue=self.queue,
+                        handlers=policy.handlers,
+                        limit=1,
+                        worker_id=self._worker_id,
+                        retries_only=policy.retries_only,
+                        isolated=True,
+                    )
+            finally:
+                self.claiming = False
+            self.claims += 1
+            self._start(claimed, group)
+        if not claimed:
+            return None
+        task = claimed[0]
+        log.info(
+            "task_isolated_claimed",
+            task_id=task.id,
+            task_type=task.task_type,
+            queue=task.queue,
+            attempt=task.retry_count,
+        )
+        return task
+
+    def _start(self, claimed: Claimed, group: asyncio.TaskGroup) -> None:
+        """Take a slot for each claimed attempt and start it in ``group``."""
+        debug = logs.enabled(logging.DEBUG)
+        if claimed:
+            self.idle.clear()
+            self._metrics.claimed_many(claimed)  # counted per claim, not per task
+        for task in claimed:
+            self._in_flight[task.id] = task
+            self._live[task.id] = task
+            if debug:
+                log.debug(
+                    "task_claimed",
+                    task_id=task.id,
+                    task_type=task.task_type,
+                    queue=task.queue,
+                    attempt=task.retry_count,
+                    effective_id=str(task.effective_id),
+                )
+            self._tasks[task.id] = group.create_task(self._run_one(task))
+        self._running.set(len(self._in_flight))
+
+    async def _wait_for_room(self, room: asyncio.Event) -> None:
+        """Until the completer has room, or this claimer is stopped."""
+        waiters = [
+            asyncio.ensure_future(room.wait()),
+            asyncio.ensure_future(self._stop_event.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _claim(self, conn: Any, policy: Policy) -> Claimed:
+        """Probes first (one task of a HALF_OPEN type, if this worker wins the probe), then
+        the batch the policy allows."""
+        claimed = Claimed()
+        limit = policy.limit
+        for task_type in policy.probes:
+            if limit <= 0:
+                break
+            if not await store.breaker_take_probe(
+                conn,
+                task_type=task_type,
+                worker_id=self._worker_id,
+                probe_timeout=self._probe_timeout,
+            ):
+                continue
+            probe = await store.claim_batch(
+                conn,
+                queue=self.queue,
+                handlers=[h for h in self._handlers if h.task_type == task_type],
+                limit=1,
+                worker_id=self._worker_id,
+                probe=True,
+            )
+            if probe:
+                log.info("breaker_probe_claimed", task_type=task_type, task_id=probe[0].id)
+                claimed += probe
+                limit -= 1
+            else:
+                await store.breaker_give_back_probe(
+                    conn, task_type=task_type, worker_id=self._worker_id
+                )
+        if policy.handlers and limit > 0:
+            batch = await store.claim_batch(
+                conn,
+                queue=self.queue,
+                handlers=policy.handlers,
+                limit=limit,
+                worker_id=self._worker_id,
+                retries_only=policy.retries_only,
+            )
+            claimed += batch
+            claimed.held_for = batch.held_for
+        return claimed
+
+    def _reported(self, outcome: Outcome) -> None:
+        self._live.pop(outcome.task.id, None)
+        if outcome.task.id in self._lost:
+            return  # taken away: logged once when the heartbeat found it; a write would miss
+        self._report(outcome)
+
+    async def _run_one(self, task: ClaimedTask) -> None:
+        try:
+            await self._executor.run(task, self._reported)
+        except Exception:  # loop boundary: the executor reports handler errors itself
+            log.exception("executor_failed", task_id=task.id)
+        finally:
+            self._in_flight.pop(task.id, None)
+            self._live.pop(task.id, None)
+            self._lost.discard(task.id)
+            self._tasks.pop(task.id, None)
+            self._running.set(len(self._in_flight))
+            if not self._in_flight:
+                self.idle.set()
+            self._changed.set()
+
+
+async def _purge_broken(pool: AsyncConnectionPool[Any]) -> None:
+    """After a connection error, test the idle connections so the next claim does not pick up
+    another one the server already closed (a restart breaks them all at once)."""
+    try:
+        await pool.check()
+    except Exception:  # the pool replaces what it can; the next claim reports the rest
+        log.debug("pool_check_failed", exc_info=True)

@@ -1,0 +1,448 @@
+"""One ``run_once`` test per worker service, each against a real database and without starting
+a worker: the elector, the leader-gated maintenance (reaper, scheduler, gauges, prune), the
+control watcher, the heartbeat, the notifier, the claimer and the completer. And a NOTIFY
+flood against a running worker: claim rounds stay bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+import taskq
+from taskq.control.state import ControlWatcher
+from taskq.db import store
+from taskq.model import ClaimedTask
+from taskq.ops import health, prune, stats, switches
+from taskq.outcome import Outcome
+from taskq.service import Every
+from taskq.worker.claimer import Claimer
+from taskq.worker.completer import Completer
+from taskq.worker.executor import Executor
+from taskq.worker.heartbeat import Heartbeat
+from taskq.worker.leader import Elector
+from taskq.worker.memory import EXIT_MEMORY
+from taskq.worker.metrics import GaugeRefresher, Metrics
+from taskq.worker.notifier import TASKS_CHANNEL, Notifier
+from taskq.worker.reaper import Reaper
+from taskq.worker.runtime import WorkerRuntime
+from taskq.worker.scheduler import Scheduler
+from tests.support import count, execute, rows, wait_until
+
+
+@pytest.fixture
+async def pool(dsn: str) -> AsyncIterator[AsyncConnectionPool[Any]]:
+    async with AsyncConnectionPool(dsn, min_size=1, max_size=4, kwargs={"autocommit": True}) as p:
+        yield p
+
+
+class Leader:
+    """A leader gate that is always open (the elector has its own test)."""
+
+    def __init__(self) -> None:
+        self.is_leader = True
+        self.elected = asyncio.Event()
+        self.elected.set()
+
+
+def pending(dsn: str, n: int, task_type: str = "svc.job", queue: str = "default") -> None:
+    execute(
+        dsn,
+        f"INSERT INTO taskq.tasks (task_type, queue, payload) "
+        f"SELECT '{task_type}', '{queue}', jsonb_build_object('n', i) "
+        f"FROM generate_series(1, {n}) AS i",
+    )
+
+
+async def claim(pool: AsyncConnectionPool[Any], app: taskq.App, n: int) -> list[ClaimedTask]:
+    async with pool.connection() as conn:
+        return await store.claim_batch(
+            conn,
+            queue="default",
+            handlers=[t.options for t in app.tasks.values()],
+            limit=n,
+            worker_id="w-test",
+        )
+
+
+def job_app(dsn: str) -> taskq.App:
+    app = taskq.App(dsn=dsn)
+
+    @app.task("svc.job")
+    async def job(ctx: taskq.TaskContext, payload: Any) -> None: ...
+
+    return app
+
+
+# --- leadership ------------------------------------------------------------------------------
+
+
+async def test_elector_one_leader_and_hand_over(pool: AsyncConnectionPool[Any]) -> None:
+    a = Elector(pool, worker_id="a", ttl_seconds=30)
+    b = Elector(pool, worker_id="b", ttl_seconds=30)
+    assert await a.run_once() is True and a.elected.is_set()
+    assert await b.run_once() is False and not b.elected.is_set()
+    assert await a.run_once() is True  # renewal
+    await a.resign()
+    assert not a.is_leader and not a.elected.is_set()
+    assert await b.run_once() is True and b.is_leader
+
+
+async def test_elector_steps_down_when_it_cannot_know(pool: AsyncConnectionPool[Any]) -> None:
+    elector = Elector(pool, worker_id="a")
+    assert await elector.run_once()
+    await pool.close()
+    with pytest.raises(psycopg.Error):
+        await elector.run_once()
+    assert not elector.is_leader and not elector.elected.is_set()
+
+
+# --- maintenance (leader-gated) --------------------------------------------------------------
+
+
+async def test_reaper_run_once_rescues_dead_attempts_only(
+    dsn: str, pool: AsyncConnectionPool[Any]
+) -> None:
+    execute(
+        dsn,
+        "INSERT INTO taskq.workers (id, host, pid, version, lease_seconds) "
+        "VALUES ('alive', 'h', 1, 't', 60);"
+        "INSERT INTO taskq.tasks (task_type, status, started_at, effective_id, worker_id, "
+        "  max_retry_count, timeout_seconds) VALUES "
+        "('svc.job', 'PROCESSING', now() - interval '1 hour', gen_random_uuid(), 'ghost', 5, 7200),"
+        "('svc.job', 'PROCESSING', now(), gen_random_uuid(), 'alive', 5, 7200)",
+    )
+    reaper = Reaper(
+        pool, interval_seconds=5, grace_seconds=10, orphan_after_seconds=30, leader=Leader()
+    )
+    result = await reaper.run_once()
+    assert [r["worker_id"] for r in result.rescued] == ["ghost"]
+    got = rows(dsn, "SELECT worker_id, status, retry_count FROM taskq.tasks ORDER BY id")
+    assert [(r["status"], r["retry_count"]) for r in got] == [("FAILED", 1), ("PROCESSING", 0)]
+    assert (await reaper.run_once()).rescued == []  # nothing left to rescue
+
+
+async def test_scheduler_run_once_fires_no_burst_and_counts_ticks(dsn: str) -> None:
+    """catch_up=skip after 56 s without a scheduler: 11 ticks of an every-5s schedule are due,
+    all within the misfire grace. One fires; ten are recorded missed; the metrics say so."""
+    app = taskq.App(dsn=dsn)
+
+    @app.periodic("every 5s", task_type="svc.tick", catch_up="skip")
+    async def tick(ctx: taskq.TaskContext, payload: Any) -> None: ...
+
+    metrics = Metrics()
+    scheduler = Scheduler(app, dsn, leader=Leader(), metrics=metrics)
+    try:
+        assert [f.enqueued for f in await scheduler.run_once()] == [[]]  # first sight
+        execute(
+            dsn,
+            "UPDATE taskq.schedules SET since = to_timestamp(floor(extract(epoch FROM now()) / 5)"
+            " * 5 - 55) - interval '0.5 s'",
+        )
+        [fired] = await scheduler.run_once()
+    finally:
+        scheduler.close()
+    assert len(fired.enqueued) == 1 and fired.missed >= 10
+    assert count(dsn, "task_type = 'svc.tick'") == 1
+    assert scheduler.delay_after([fired]) <= 5.1
+    sample = metrics.registry.get_sample_value
+    assert (
+        sample("taskq_schedule_ticks_total", {"schedule": "svc.tick@every 5s", "outcome": "fired"})
+        == 1
+    )
+    assert (
+        sample("taskq_schedule_ticks_total", {"schedule": "svc.tick@every 5s", "outcome": "missed"})
+        == fired.missed
+    )
+    assert sample("taskq_schedule_delay_seconds_count", {"schedule": "svc.tick@every 5s"}) == 1
+
+
+async def test_scheduler_counts_late_ticks(dsn: str) -> None:
+    """run_once after three days down: the newest daily tick (hours old) runs late."""
+    app = taskq.App(dsn=dsn)
+
+    @app.periodic("every 1d", task_type="svc.daily", catch_up="run_once")
+    async def daily(ctx: taskq.TaskContext, payload: Any) -> None: ...
+
+    metrics = Metrics()
+    scheduler = Scheduler(app, dsn, leader=Leader(), metrics=metrics)
+    try:
+        await scheduler.run_once()
+        execute(dsn, "UPDATE taskq.schedules SET since = now() - interval '3 days 1 hour'")
+        [fired] = await scheduler.run_once()
+    finally:
+        scheduler.close()
+    name = "svc.daily@every 1d"
+    if fired.delays and fired.delays[0] <= 60:
+        pytest.skip("ran within a minute after midnight UTC: the newest tick is on time")
+    assert len(fired.enqueued) == 1 and fired.late == 1
+    sample = metrics.registry.get_sample_value
+    assert sample("taskq_schedule_ticks_total", {"schedule": name, "outcome": "late"}) == 1
+    assert sample("taskq_schedule_ticks_total", {"schedule": name, "outcome": "missed"}) >= 2
+
+
+async def test_gauges_run_once_on_the_leader_and_clear_on_a_follower(
+    dsn: str, pool: AsyncConnectionPool[Any]
+) -> None:
+    pending(dsn, 3)
+    metrics = Metrics()
+    control = ControlWatcher(pool)
+    gate = Leader()
+    gauges = GaugeRefresher(pool, metrics, gate, control)
+    assert await gauges.run_once()
+    sample = metrics.registry.get_sample_value
+    labels = {"queue": "default", "task_type": "svc.job", "state": "runnable"}
+    assert sample("taskq_backlog_tasks", labels) == 3 and sample("taskq_leader") == 1
+    await gauges.on_follower()
+    assert sample("taskq_backlog_tasks", labels) is None and sample("taskq_leader") == 0
+
+
+async def test_prune_run_once_deletes_old_successes(dsn: str) -> None:
+    execute(
+        dsn,
+        "INSERT INTO taskq.tasks (task_type, status, finished_at) VALUES "
+        "('svc.job', 'SUCCESS', now() - interval '2 hours'), ('svc.job', 'SUCCESS', now())",
+    )
+    pruner = Every(
+        "prune",
+        lambda: asyncio.to_thread(prune.prune, dsn, older_than_seconds=3600),
+        interval_seconds=600,
+        leader=Leader(),
+    )
+    await pruner.run_once()
+    assert count(dsn) == 1
+
+
+# --- every worker ----------------------------------------------------------------------------
+
+
+async def test_control_watcher_run_once_sees_a_pause(
+    dsn: str, pool: AsyncConnectionPool[Any]
+) -> None:
+    changes: list[int] = []
+    control = ControlWatcher(pool, on_change=lambda: changes.append(1))
+    assert not (await control.run_once()).paused_queues and changes == []
+    switches.pause(dsn, kind="queue", name="sms")
+    state = await control.run_once()
+    assert state.paused_queues == {"sms"} and changes == [1]
+    await control.run_once()
+    assert changes == [1]  # no change, no wake-up
+
+
+def test_heartbeat_run_once_registers_and_finds_lost_attempts(dsn: str) -> None:
+    execute(
+        dsn,
+        "INSERT INTO taskq.tasks (task_type, status, started_at, effective_id, worker_id) "
+        "VALUES ('svc.job', 'PROCESSING', now(), '00000000-0000-0000-0000-000000000001', 'hb')",
+    )
+    [task] = rows(dsn, "SELECT id, effective_id FROM taskq.tasks")
+    held = [(task["id"], task["effective_id"]), (task["id"] + 1000, uuid.uuid4())]
+    lost: list[list[int]] = []
+    heartbeat = Heartbeat(
+        dsn,
+        worker_id="hb",
+        queues={"default": 1},
+        interval_seconds=10,
+        lease_seconds=30,
+        held=lambda: held,
+        on_lost=lost.append,
+        loop_silence=lambda: 0.0,
+    )
+    try:
+        assert heartbeat.run_once() == [task["id"] + 1000]
+        assert lost == [[task["id"] + 1000]]
+        assert count_workers(dsn) == 1
+    finally:
+        heartbeat.stop(unregister=True)
+    assert count_workers(dsn) == 0
+
+
+def count_workers(dsn: str) -> int:
+    return len(rows(dsn, "SELECT id FROM taskq.workers"))
+
+
+async def test_notifier_run_once_listens_until_the_connection_drops(dsn: str) -> None:
+    heard: list[str | None] = []
+    arrived = asyncio.Event()
+
+    def on_tasks(payload: str | None) -> None:
+        heard.append(payload)
+        arrived.set()
+
+    notifier = Notifier(dsn, {TASKS_CHANNEL: on_tasks})
+    session = asyncio.create_task(notifier.run_once())
+    await asyncio.wait_for(notifier.connected.wait(), 10)
+    assert heard == [None]  # connected: look everywhere once
+    arrived.clear()
+    execute(dsn, "NOTIFY taskq_tasks, '[\"default\"]'")
+    await asyncio.wait_for(arrived.wait(), 10)
+    assert heard == [None, '["default"]']
+    execute(
+        dsn,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name LIKE '%listen%' AND pid <> pg_backend_pid()",
+    )
+    with pytest.raises(psycopg.Error):
+        await asyncio.wait_for(session, 10)
+    assert not notifier.connected.is_set() and notifier.sessions == 1
+
+
+async def test_completer_run_once_writes_a_batch(dsn: str, pool: AsyncConnectionPool[Any]) -> None:
+    app = job_app(dsn)
+    pending(dsn, 3)
+    claimed = await claim(pool, app, 3)
+    completer = Completer(pool, app.options_for, worker_id="w-test")
+    for task in claimed[:2]:
+        completer.put(Outcome.success(task, 0.01))
+    completer.put(Outcome.failure(claimed[2], 0.01, RuntimeError("boom")))
+    assert await completer.run_once() == 3
+    assert completer.pending == 0
+    got = rows(dsn, "SELECT status, count(*) AS n FROM taskq.tasks GROUP BY 1 ORDER BY 1")
+    assert [(r["status"], r["n"]) for r in got] == [("FAILED", 1), ("SUCCESS", 2)]
+
+
+async def claimer_for(
+    dsn: str, pool: AsyncConnectionPool[Any], app: taskq.App, slots: int, control: ControlWatcher
+) -> tuple[Claimer, list[Outcome], ThreadPoolExecutor, WorkerRuntime]:
+    reported: list[Outcome] = []
+    threads = ThreadPoolExecutor(max_workers=slots)
+    runtime = WorkerRuntime(app, pool, dsn=dsn, sync_max_size=slots)
+    claimer = Claimer(
+        queue="default",
+        slots=slots,
+        handlers=[t.options for t in app.tasks.values()],
+        pool=pool,
+        executor=Executor(runtime, worker_id="w-test", threads=threads),
+        report=reported.append,
+        worker_id="w-test",
+        poll_interval_seconds=1,
+        control=control,
+        metrics=Metrics(),
+    )
+    return claimer, reported, threads, runtime
+
+
+async def test_claimer_run_once_claims_at_most_its_free_slots(
+    dsn: str, pool: AsyncConnectionPool[Any]
+) -> None:
+    app = job_app(dsn)
+    pending(dsn, 5)
+    control = ControlWatcher(pool)
+    claimer, reported, threads, runtime = await claimer_for(dsn, pool, app, 3, control)
+    try:
+        async with asyncio.TaskGroup() as group:
+            claimed = await claimer.run_once(group)
+            assert len(claimed) == 3 and claimer.in_flight == 3
+        assert sorted(o.kind.value for o in reported) == ["success"] * 3
+        assert claimer.in_flight == 0 and claimer.claims == 1
+        switches.pause(dsn, kind="queue", name="default")
+        await control.run_once()
+        async with asyncio.TaskGroup() as group:
+            assert await claimer.run_once(group) == []
+        assert claimer.claims == 1  # paused: no claim statement at all
+    finally:
+        threads.shutdown()
+        runtime.close()
+    assert count(dsn, "status = 'PROCESSING'") == 3  # nobody completed them: no completer here
+
+
+# --- a worker that stopped claiming ------------------------------------------------------------
+
+
+async def test_a_worker_whose_memory_never_comes_back_reports_it_and_exits_75(
+    dsn: str, worker_factory: Any
+) -> None:
+    """Over the limit with nothing in flight: the heartbeat says it is not claiming (stats shows
+    it), and after the grace the worker stops itself with exit code 75 for a restart."""
+    app = job_app(dsn)
+    pending(dsn, 1)
+    handle = await worker_factory(
+        app, max_memory_bytes=1, memory_grace_seconds=1.5, heartbeat_interval_seconds=0.2
+    )
+    worker = handle.worker
+    await wait_until(
+        lambda: bool(stats.report(dsn).not_claiming), what="stats reports it not claiming"
+    )
+    [stopped] = stats.report(dsn).not_claiming
+    assert stopped["worker_id"] == worker.worker_id and "memory limit" in stopped["reason"]
+    await asyncio.wait_for(worker.stopped.wait(), 15)
+    assert worker.exit_code == EXIT_MEMORY
+    assert worker.claimers["default"].claims == 0 and count(dsn, "status = 'PENDING'") == 1
+    assert count_workers(dsn) == 0  # a clean exit: it held nothing
+
+
+def test_health_fails_for_a_worker_that_claims_nothing(dsn: str) -> None:
+    reason: list[str | None] = ["memory limit: resident 600 bytes >= --max-memory 500 bytes"]
+    heartbeat = Heartbeat(
+        dsn,
+        worker_id="stuck",
+        queues={"default": 1},
+        interval_seconds=10,
+        lease_seconds=30,
+        held=list,
+        on_lost=lambda ids: None,
+        loop_silence=lambda: 0.0,
+        claiming_stopped=lambda: reason[0],
+    )
+    try:
+        heartbeat.run_once()
+        found = health.check(dsn, worker_id="stuck")  # just stopped: still within the lease
+        assert found.claiming_stopped_reason == reason[0]
+        execute(dsn, "UPDATE taskq.workers SET claiming_stopped_at = now() - interval '40 s'")
+        heartbeat.run_once()  # the beat keeps the time it stopped
+        with pytest.raises(taskq.errors.Unhealthy, match="claimed nothing for 4"):
+            health.check(dsn, worker_id="stuck")
+        reason[0] = None
+        heartbeat.run_once()  # claiming again
+        assert health.check(dsn, worker_id="stuck").claiming_stopped_seconds is None
+    finally:
+        heartbeat.stop(unregister=True)
+
+
+# --- NOTIFY spam -----------------------------------------------------------------------------
+
+
+def notify_flood(dsn: str, seconds: float) -> int:
+    """NOTIFY taskq_tasks for ``seconds``, as fast as one client can, each in its own
+    transaction (so they arrive one by one, as from many producers); return how many."""
+    sent = 0
+    deadline = time.monotonic() + seconds
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            conn.execute("NOTIFY taskq_tasks, '[\"default\"]'")
+            sent += 1
+    return sent
+
+
+@pytest.mark.slow
+async def test_a_notify_flood_costs_bounded_claim_rounds(dsn: str, worker_factory: Any) -> None:
+    """Two clients NOTIFY taskq_tasks as fast as they can at an idle worker: claim rounds are
+    at most one per coalesce period while the flood lasts, however many notifications arrive.
+    (Without coalescing every notification that finds the claimer waiting is a claim round.)"""
+    app = job_app(dsn)
+    coalesce = 0.05
+    handle = await worker_factory(app, poll_interval_seconds=30, claim_coalesce_seconds=coalesce)
+    worker = handle.worker
+    claimer = worker.claimers["default"]
+    notifier = worker.notifier
+    assert notifier is not None
+    await wait_until(lambda: claimer.rounds >= 1, what="the first claim round")
+    await asyncio.sleep(0.1)
+    rounds_before, heard_before = claimer.rounds, notifier.notifications
+    start = time.monotonic()
+    sent = sum(await asyncio.gather(*(asyncio.to_thread(notify_flood, dsn, 1.5) for _ in "ab")))
+    await wait_until(
+        lambda: notifier.notifications - heard_before >= sent, timeout=60, what="the flood heard"
+    )
+    await asyncio.sleep(2 * coalesce)  # the round the last notification asked for
+    elapsed = time.monotonic() - start
+    rounds = claimer.rounds - rounds_before
+    print(f"NOTIFY flood: {sent} notifications in {elapsed:.2f}s -> {rounds} claim rounds")
+    assert 1 <= rounds <= elapsed / coalesce + 3

@@ -1,0 +1,141 @@
+"""The claim returns the columns of the row it claimed as that row is when claimed, whatever
+was committed while the claim statement ran."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from taskq.db.sqlfiles import query
+from tests import factories
+from tests.support import wait_until_sync
+
+PARAMS = {
+    "queue": "default",
+    "task_types": ["late"],
+    "max_retry_counts": [5],
+    "timeouts": [60],
+    "limit": 10,
+    "worker_id": "w",
+    "retries_only": False,
+    "probe": False,
+    "isolated": False,
+}
+
+
+def test_a_task_committed_during_the_claim_keeps_its_traceparent(dsn: str) -> None:
+    """The task is inserted before the claim starts (so it is runnable at the claim's now())
+    and committed while the function waits on the type's limits row: the claim statement's
+    snapshot does not see it, the function's later statements do and claim it. Its traceparent
+    must come back with it (read in the statement's own, older snapshot it would be NULL, and
+    the attempt span would start a new branch of the trace)."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute("INSERT INTO taskq.flow_limits (task_type, max_running) VALUES ('late', 5)")
+    with (
+        psycopg.connect(dsn) as holder,
+        psycopg.connect(dsn) as claimer,
+        psycopg.connect(dsn) as producer,
+    ):
+        producer.execute(
+            "INSERT INTO taskq.tasks (task_type, traceparent) VALUES ('late', %s)", (traceparent,)
+        )
+        holder.execute("SELECT 1 FROM taskq.flow_limits WHERE task_type = 'late' FOR UPDATE")
+        claimer_pid = claimer.info.backend_pid
+        result: list[dict[str, Any]] = []
+
+        def claim() -> None:
+            with claimer.cursor(row_factory=dict_row) as cur:
+                result.extend(cur.execute(query("claim_batch"), PARAMS).fetchall())
+
+        thread = threading.Thread(target=claim)
+        thread.start()
+
+        def waits_on_the_lock() -> bool:
+            row = holder.execute(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (claimer_pid,)
+            ).fetchone()
+            return row is not None and row[0] == "Lock"
+
+        wait_until_sync(waits_on_the_lock, what="the claim waits on the limits row")
+        producer.commit()
+        holder.commit()
+        thread.join(10)
+        claimer.commit()
+    [row] = [r for r in result if r["id"] is not None]
+    assert row["traceparent"] == traceparent
+
+
+def claim(dsn: str, *, isolated: bool, limit: int = 10, **params: Any) -> list[int]:
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        found = conn.execute(
+            query("claim_batch"),
+            {**PARAMS, "task_types": ["t"], "limit": limit, "isolated": isolated, **params},
+        ).fetchall()
+    return sorted(r["id"] for r in found if r["id"] is not None)
+
+
+def test_batches_never_take_an_isolate_row_and_the_isolated_claim_takes_one(dsn: str) -> None:
+    """A task that ran beside a crash (isolate) must run alone: never in a normal batch, and
+    the isolator's claim takes one at a time, both lanes (fresh and retrying), through the
+    flow limits like any claim."""
+    normal = factories.tasks(dsn, 3, task_type="t")
+    isolated = factories.tasks(dsn, 2, task_type="t", isolate=True)
+    isolated.append(factories.task(dsn, task_type="t", status="FAILED", isolate=True))
+    assert claim(dsn, isolated=False) == normal
+    first = claim(dsn, isolated=True)
+    assert len(first) == 1 and set(first) <= set(isolated)
+    # Capped like any claim: with 4 of the type running, no isolated row is claimed.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO taskq.flow_limits (task_type, max_running) VALUES ('t', 4)")
+    assert claim(dsn, isolated=True) == []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM taskq.flow_limits")
+    second, third = claim(dsn, isolated=True), claim(dsn, isolated=True)
+    assert len(second) == len(third) == 1
+    assert sorted(first + second + third) == sorted(isolated)
+    assert claim(dsn, isolated=True) == claim(dsn, isolated=False) == []
+
+
+def test_isolated_due_names_the_queues_with_runnable_isolate_rows(dsn: str) -> None:
+    factories.task(dsn, task_type="t", queue="a", isolate=True)
+    factories.task(dsn, task_type="t", queue="b")
+    factories.task(dsn, task_type="other", queue="c", isolate=True)
+    factories.task(dsn, task_type="t", queue="d", isolate=True, age=-3600)  # not yet due
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = conn.execute(
+            query("isolated_due"), {"queues": ["a", "b", "c", "d"], "task_types": ["t"]}
+        ).fetchall()
+    assert found == [("a",)]
+
+
+def test_no_claim_function_runs_with_jit(dsn: str) -> None:
+    """A claim's generic plans are costed for a tenth of the runnable rows: past ~100,000 rows
+    that crossed jit_above_cost, and every claim spent ~14 ms compiling (sql/ddl/0019). With
+    JIT forced on for everything, a claim still compiles nothing."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        missing = conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
+            " JOIN pg_namespace AS n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = 'taskq' AND p.proname LIKE 'claim%%'"
+            " AND NOT coalesce('jit=off' = ANY(p.proconfig), false)"
+        ).fetchall()
+        assert missing == []
+        conn.execute(
+            "INSERT INTO taskq.tasks (task_type) SELECT 'late' FROM generate_series(1, 50)"
+        )
+        conn.execute("SET jit = on")
+        conn.execute("SET jit_above_cost = 0")
+        conn.execute("LOAD 'auto_explain'")
+        conn.execute("SET auto_explain.log_min_duration = 0")
+        conn.execute("SET auto_explain.log_nested_statements = on")
+        conn.execute("SET client_min_messages = log")
+        plans: list[str] = []
+        conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+        rows = conn.execute(query("claim_batch"), PARAMS).fetchall()
+        assert len([r for r in rows if r[0] is not None]) == 10
+        nested = [p for p in plans if "Function Scan on claim_batch" not in p]
+        assert nested and not any("JIT:" in p for p in nested), plans

@@ -1,0 +1,252 @@
+"""The statements of sql/queries/finish.sql against a real database: every move out of
+PROCESSING."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from taskq.db import store
+from tests import factories
+from tests.support import rows
+
+
+def processing(dsn: str, n: int = 1, **columns: Any) -> list[tuple[int, uuid.UUID]]:
+    """``n`` PROCESSING rows (an attempt each); ``columns`` override the defaults."""
+    values = {
+        "task_type": "job.x",
+        "queue": "default",
+        "worker_id": "w1",
+        "started_at": "now",
+        "max_retry_count": 5,
+        "timeout_seconds": 60,
+        **columns,
+    }
+    found = rows(
+        dsn,
+        "INSERT INTO taskq.tasks (task_type, queue, status, worker_id, effective_id, started_at,"
+        " max_retry_count, timeout_seconds)"
+        " SELECT %(task_type)s, %(queue)s, 'PROCESSING', %(worker_id)s, gen_random_uuid(),"
+        " %(started_at)s::timestamptz, %(max_retry_count)s, %(timeout_seconds)s"
+        " FROM generate_series(1, %(n)s) RETURNING id, effective_id",
+        {**values, "n": n},
+    )
+    return [(r["id"], r["effective_id"]) for r in found]
+
+
+async def aconnect(dsn: str) -> psycopg.AsyncConnection[Any]:
+    return await psycopg.AsyncConnection.connect(dsn, autocommit=True, row_factory=dict_row)
+
+
+async def test_the_reaper_rescues_a_processing_row_without_started_at(dsn: str) -> None:
+    """Written by hand or by a foreign producer: no started_at, no worker. It must not escape
+    every rule: judged by updated_at."""
+    [(task_id, _)] = processing(dsn, worker_id=None, started_at=None)
+    rows(
+        dsn,
+        "UPDATE taskq.tasks SET updated_at = now() - interval '1 hour' WHERE id = %s RETURNING id",
+        (task_id,),
+    )
+    async with await aconnect(dsn) as conn:
+        rescued = await store.reap_attempts(conn, grace_seconds=10, orphan_after_seconds=30)
+    assert [r["id"] for r in rescued] == [task_id]
+    [row] = rows(dsn, "SELECT status, retry_count FROM taskq.tasks WHERE id = %s", (task_id,))
+    assert row == {"status": "FAILED", "retry_count": 1}
+
+
+async def test_the_reaper_leaves_a_fresh_row_without_started_at_alone(dsn: str) -> None:
+    processing(dsn, worker_id=None, started_at=None)
+    async with await aconnect(dsn) as conn:
+        assert await store.reap_attempts(conn, grace_seconds=10, orphan_after_seconds=30) == []
+
+
+async def test_a_release_is_uncharged_and_wakes_the_queue(dsn: str) -> None:
+    [(task_id, token)] = processing(dsn, queue="sms")
+    async with await aconnect(dsn) as listener, await aconnect(dsn) as conn:
+        await listener.execute("LISTEN taskq_tasks")
+        assert await store.release_many(conn, [task_id], [token]) == [task_id]
+        gen = listener.notifies(timeout=5)
+        note = await anext(gen)
+        await gen.aclose()
+    assert note.payload == '["sms"]'
+    [row] = rows(dsn, "SELECT * FROM taskq.tasks WHERE id = %s", (task_id,))
+    assert row["status"] == "PENDING" and row["retry_count"] == 0
+    assert row["effective_id"] is None and row["worker_id"] is None
+
+
+async def test_a_batch_of_failures_opens_a_breaker_in_one_statement(dsn: str) -> None:
+    attempts = processing(dsn, n=5, task_type="job.down")
+    n = len(attempts)
+    async with await aconnect(dsn) as conn:
+        finished = await store.mark_failed_many(
+            conn,
+            ids=[a[0] for a in attempts],
+            tokens=[a[1] for a in attempts],
+            errors=["RuntimeError: down"] * n,
+            after_seconds=[None] * n,
+            delay_seconds=[60.0] * n,
+            jitter_seconds=[0.0] * n,
+            counts_for_breaker=[True] * n,
+            breaker_threshold=5,
+        )
+    assert {f.status for f in finished.values()} == {"FAILED"} and len(finished) == 5
+    [breaker] = rows(dsn, "SELECT * FROM taskq.breakers WHERE task_type = 'job.down'")
+    assert breaker["state"] == "OPEN" and breaker["consecutive_failures"] == 5
+    assert breaker["reason"] == "5 consecutive failures"
+
+
+async def test_a_retry_is_not_a_breaker_failure_and_exhaustion_dead_letters(dsn: str) -> None:
+    [(last, last_token)] = processing(dsn, max_retry_count=0)
+    [(snooze, snooze_token)] = processing(dsn)
+    async with await aconnect(dsn) as conn:
+        finished = await store.mark_failed_many(
+            conn,
+            ids=[last, snooze],
+            tokens=[last_token, snooze_token],
+            errors=["RuntimeError: x", "Retry: later"],
+            after_seconds=[None, 3600.0],
+            delay_seconds=[60.0, 60.0],
+            jitter_seconds=[0.0, 0.0],
+            counts_for_breaker=[True, False],
+            breaker_threshold=5,
+        )
+    assert finished[last].status == "DEAD_LETTER" and finished[snooze].status == "FAILED"
+    [breaker] = rows(dsn, "SELECT consecutive_failures FROM taskq.breakers")
+    assert breaker["consecutive_failures"] == 1
+    outcomes = rows(dsn, "SELECT outcome, n FROM taskq.task_stats ORDER BY outcome")
+    assert outcomes == [{"outcome": "dead_lettered", "n": 1}, {"outcome": "retried", "n": 1}]
+
+
+async def test_an_idempotent_commit_heals_a_half_open_breaker(dsn: str) -> None:
+    """The idempotent path runs mark_success_many for its one attempt, so its success closes a
+    HALF_OPEN breaker (its probe) like any batched success."""
+    rows(
+        dsn,
+        "INSERT INTO taskq.breakers (task_type, state, consecutive_failures)"
+        " VALUES ('job.x', 'HALF_OPEN', 7) RETURNING task_type",
+    )
+    [(task_id, token)] = processing(dsn)
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        assert store.mark_success_many_sync(conn, [task_id], [token], outcome="success") == {
+            task_id
+        }
+    [breaker] = rows(dsn, "SELECT state, consecutive_failures FROM taskq.breakers")
+    assert breaker == {"state": "CLOSED", "consecutive_failures": 0}
+
+
+# --- the reaper's crash judgement (sql/ddl/0017_crash_isolation.sql) ---------------------------
+
+
+def crash_state(dsn: str, ids: list[int]) -> list[dict[str, Any]]:
+    return rows(
+        dsn,
+        "SELECT id, status, retry_count, crash_count, isolate, worker_id, effective_id,"
+        " last_error FROM taskq.tasks WHERE id = ANY(%s) ORDER BY id",
+        (ids,),
+    )
+
+
+async def reap(dsn: str, crash_limit: int = 3) -> list[dict[str, Any]]:
+    async with await aconnect(dsn) as conn:
+        return await store.reap_attempts(
+            conn, grace_seconds=10, orphan_after_seconds=30, crash_limit=crash_limit
+        )
+
+
+async def test_a_crash_beside_others_charges_none_and_isolates_each(dsn: str) -> None:
+    """A dead worker held three attempts: any of them may have killed the process, so none is
+    charged. Each goes back to PENDING, crash_count 1, to run alone next time."""
+    factories.worker(dsn, "dead", heartbeat_ago=60, lease_seconds=30)
+    ids = [task_id for task_id, _ in processing(dsn, 3, worker_id="dead", max_retry_count=0)]
+    rescued = await reap(dsn)
+    assert sorted(r["id"] for r in rescued) == ids
+    assert {(r["status"], r["worker_id"]) for r in rescued} == {("PENDING", "dead")}
+    for row in crash_state(dsn, ids):
+        assert row["status"] == "PENDING" and row["retry_count"] == 0, row
+        assert row["crash_count"] == 1 and row["isolate"], row
+        assert row["worker_id"] is None and row["effective_id"] is None, row
+        assert row["last_error"].startswith("WorkerLost: worker dead stopped heart-beating while")
+        assert "not charged" in row["last_error"]
+
+
+async def test_a_crash_alone_is_charged(dsn: str) -> None:
+    """The only attempt of the dead worker was the crash: charged a retry, and dead-lettered
+    once its retries are spent; it stays isolate."""
+    factories.worker(dsn, "dead", heartbeat_ago=60, lease_seconds=30)
+    factories.worker(dsn, "dead2", heartbeat_ago=60, lease_seconds=30)
+    [(first, _)] = processing(dsn, worker_id="dead", max_retry_count=1)
+    [(spent, _)] = processing(dsn, worker_id="dead2", max_retry_count=1)
+    rows(dsn, "UPDATE taskq.tasks SET retry_count = 1 WHERE id = %s RETURNING id", (spent,))
+    await reap(dsn)
+    one, two = crash_state(dsn, [first, spent])
+    assert (one["status"], one["retry_count"], one["crash_count"], one["isolate"]) == (
+        "FAILED",
+        1,
+        1,
+        True,
+    )
+    assert (two["status"], two["retry_count"], two["crash_count"], two["isolate"]) == (
+        "DEAD_LETTER",
+        1,
+        1,
+        True,
+    )
+    for row in (one, two):
+        assert row["last_error"].startswith(
+            "WorkerLost: the process died while running this task alone"
+        ), row
+
+
+async def test_the_crowded_crash_past_the_limit_is_charged(dsn: str) -> None:
+    """A task that keeps dying beside others (never run alone) cannot loop forever."""
+    factories.worker(dsn, "dead", heartbeat_ago=60, lease_seconds=30)
+    ids = [task_id for task_id, _ in processing(dsn, 2, worker_id="dead")]
+    rows(dsn, "UPDATE taskq.tasks SET crash_count = 2 WHERE id = %s RETURNING id", (ids[0],))
+    await reap(dsn, crash_limit=2)
+    limited, free = crash_state(dsn, ids)
+    assert (limited["status"], limited["retry_count"], limited["crash_count"]) == ("FAILED", 1, 3)
+    assert "charged past the limit of 2" in limited["last_error"]
+    assert (free["status"], free["retry_count"], free["crash_count"]) == ("PENDING", 0, 1)
+
+
+async def test_a_timeout_on_a_live_worker_is_no_crash(dsn: str) -> None:
+    factories.worker(dsn, "alive", heartbeat_ago=0, lease_seconds=30)
+    ids = [
+        task_id
+        for task_id, _ in processing(
+            dsn, 2, worker_id="alive", timeout_seconds=1, started_at="2000-01-01"
+        )
+    ]
+    await reap(dsn)
+    for row in crash_state(dsn, ids):
+        assert (row["status"], row["retry_count"], row["crash_count"], row["isolate"]) == (
+            "FAILED",
+            1,
+            0,
+            False,
+        ), row
+        assert row["last_error"].startswith("TimedOut")
+
+
+async def test_a_handler_outcome_clears_isolate(dsn: str) -> None:
+    pairs = processing(dsn, 3)
+    ids = [task_id for task_id, _ in pairs]
+    rows(dsn, "UPDATE taskq.tasks SET isolate = true WHERE id = ANY(%s) RETURNING id", (ids,))
+    async with await aconnect(dsn) as conn:
+        await store.mark_success_many(conn, [pairs[0][0]], [pairs[0][1]])
+        await store.mark_failed_many(
+            conn,
+            ids=[pairs[1][0]],
+            tokens=[pairs[1][1]],
+            errors=["boom"],
+            after_seconds=[None],
+            delay_seconds=[1.0],
+            jitter_seconds=[0.0],
+            counts_for_breaker=[True],
+            breaker_threshold=5,
+        )
+        await store.mark_dead_many(conn, ids=[pairs[2][0]], tokens=[pairs[2][1]], errors=["bad"])
+    assert [r["isolate"] for r in crash_state(dsn, ids)] == [False, False, False]

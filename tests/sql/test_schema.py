@@ -1,0 +1,288 @@
+"""The schema: migrations, constraints, the NOTIFY trigger, the SQL enqueue function, and the
+claim plan."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import psycopg
+import pytest
+
+from taskq.db import migrate
+from tests.support import nested_plans, rows, taskq_command
+
+
+@pytest.mark.slow
+def test_migrations_upgrade_downgrade_upgrade(empty_dsn: str) -> None:
+    migrate.upgrade(empty_dsn)
+    assert rows(empty_dsn, "SELECT version_num FROM taskq.alembic_version")[0]["version_num"]
+    migrate.downgrade(empty_dsn, "base")
+    assert not rows(empty_dsn, "SELECT to_regclass('taskq.tasks') AS t")[0]["t"]
+    migrate.upgrade(empty_dsn)
+    assert rows(empty_dsn, "SELECT to_regclass('taskq.tasks') AS t")[0]["t"]
+
+
+def test_a_database_at_the_released_0009_upgrades_to_head(empty_dsn: str) -> None:
+    """A released revision keeps its number and its content: 0009 is the edges migration (the
+    type registry), as the first release shipped it, and a database left there upgrades to
+    head. Renumbering it once made alembic skip the migration that took its number."""
+    migrate.upgrade(empty_dsn, "0009")
+    assert rows(empty_dsn, "SELECT to_regclass('taskq.task_types') AS t")[0]["t"]
+    migrate.upgrade(empty_dsn)
+    assert rows(
+        empty_dsn,
+        "SELECT to_regprocedure('taskq.count_outcome_v1(text, text, text, bigint,"
+        " double precision)') AS f",
+    )[0]["f"]
+
+
+@pytest.mark.slow
+def test_upgrade_from_many_hosts_at_once(empty_dsn: str) -> None:
+    """Four `taskq migrate` processes race on an empty database: the advisory lock makes one
+    build the schema while the others wait, then find it at head."""
+    procs = [
+        subprocess.Popen(
+            [*taskq_command(), "migrate", "--dsn", empty_dsn],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], results
+    assert rows(empty_dsn, "SELECT count(*) AS n FROM taskq.alembic_version")[0]["n"] == 1
+    migrate.upgrade(empty_dsn)  # and once more: nothing to do
+
+
+def test_migrate_sql_prints_the_ddl() -> None:
+    text = migrate.sql_script()
+    assert "CREATE TABLE taskq.tasks" in text
+    assert "CREATE TRIGGER tasks_notify_insert" in text
+    assert "CREATE FUNCTION taskq.enqueue" in text
+
+
+def test_public_columns_exist(conn: psycopg.Connection[Any]) -> None:
+    cols = {
+        r[0]
+        for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = 'taskq' AND table_name = 'tasks'"
+        )
+    }
+    public = {
+        "id",
+        "task_type",
+        "queue",
+        "biz_id",
+        "payload",
+        "status",
+        "priority",
+        "scheduled_at",
+        "retry_count",
+        "max_retry_count",
+        "next_retry_time",
+        "last_error",
+        "timeout_seconds",
+        "started_at",
+        "finished_at",
+        "effective_id",
+        "worker_id",
+        "progress",
+        "trace_id",
+        "created_at",
+        "updated_at",
+    }
+    assert public <= cols
+
+
+def test_bare_insert_gets_defaults(conn: psycopg.Connection[Any]) -> None:
+    row = conn.execute(
+        "INSERT INTO taskq.tasks (task_type, payload) VALUES ('sms.notify', '{\"to\": 1}')"
+        " RETURNING queue, status, priority, retry_count, max_retry_count, trace_id,"
+        " scheduled_at <= now() AS due"
+    ).fetchone()
+    assert row is not None
+    queue, status, priority, retry_count, max_retry, trace_id, due = row
+    # max_retry_count is left to the handler that will claim it
+    assert (queue, status, priority, retry_count, max_retry, due) == (
+        "default",
+        "PENDING",
+        0,
+        0,
+        None,
+        True,
+    )
+    assert trace_id and len(trace_id) == 32
+
+
+@pytest.mark.parametrize(
+    "column,value",
+    [
+        ("task_type", ""),
+        ("task_type", "x" * 201),
+        ("task_type", "a\nb"),
+        ("queue", " q"),
+        ("status", "DONE"),
+    ],
+)
+def test_constraints_reject_bad_rows(
+    conn: psycopg.Connection[Any], column: str, value: str
+) -> None:
+    values = {"task_type": "ok", "queue": "default", "status": "PENDING", column: value}
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute(
+            "INSERT INTO taskq.tasks (task_type, queue, status) VALUES (%s, %s, %s)",
+            (values["task_type"], values["queue"], values["status"]),
+        )
+
+
+def test_sql_enqueue_function_with_named_arguments(conn: psycopg.Connection[Any]) -> None:
+    row = conn.execute(
+        "SELECT taskq.enqueue('sms.notify', '{\"to\": \"+49\"}', biz_id => 'order-42',"
+        " priority => 5, queue => 'sms', delay => interval '1 hour')"
+    ).fetchone()
+    assert row is not None
+    task = conn.execute(
+        "SELECT task_type, payload, biz_id, priority, queue, status,"
+        " scheduled_at > now() + interval '59 minutes' AS later FROM taskq.tasks WHERE id = %s",
+        (row[0],),
+    ).fetchone()
+    assert task == ("sms.notify", {"to": "+49"}, "order-42", 5, "sms", "PENDING", True)
+    minimal = conn.execute("SELECT taskq.enqueue('x.y')").fetchone()
+    assert minimal is not None and minimal[0] > row[0]
+
+
+def _drain_notifies(listener: psycopg.Connection[Any], wait: float) -> list[psycopg.Notify]:
+    got: list[psycopg.Notify] = []
+    while True:
+        batch = list(listener.notifies(timeout=wait))
+        if not batch:
+            return got
+        got.extend(batch)
+        wait = 0.2
+
+
+@pytest.mark.slow
+def test_one_notify_per_insert_statement(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN taskq_tasks")
+        conn.execute(
+            "INSERT INTO taskq.tasks (task_type, queue, payload)"
+            " SELECT 'bulk', CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END, jsonb_build_object('i', i)"
+            " FROM generate_series(1, 10000) AS i"
+        )
+        got = _drain_notifies(listener, 2.0)
+        assert len(got) == 1
+        assert sorted(json.loads(got[0].payload)) == ["a", "b"]
+
+        # A future-scheduled row wakes nobody: the poll finds it when it is due.
+        conn.execute(
+            "INSERT INTO taskq.tasks (task_type, scheduled_at) VALUES ('later', now() + '1h')"
+        )
+        assert _drain_notifies(listener, 0.3) == []
+
+        # A rolled-back insert sends nothing.
+        with psycopg.connect(dsn) as tx:
+            tx.execute("INSERT INTO taskq.tasks (task_type) VALUES ('never')")
+            tx.rollback()
+        assert _drain_notifies(listener, 0.3) == []
+
+
+def test_claim_is_an_index_scan_that_ignores_history(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "INSERT INTO taskq.tasks (task_type, status, finished_at)"
+        " SELECT 't', 'SUCCESS', now() FROM generate_series(1, 50000)"
+    )
+    conn.execute("INSERT INTO taskq.tasks (task_type) SELECT 't' FROM generate_series(1, 500)")
+    conn.execute("ANALYZE taskq.tasks")
+    from taskq.db.sqlfiles import query
+
+    plans = nested_plans(
+        conn,
+        query("claim_batch"),
+        {
+            "queue": "default",
+            "task_types": ["t"],
+            "max_retry_counts": [5],
+            "timeouts": [60],
+            "limit": 10,
+            "worker_id": "w",
+            "retries_only": False,
+            "probe": False,
+            "isolated": False,
+        },
+    )
+    assert plans, "auto_explain reported no nested statement"
+    for plan in plans:
+        # The planner must think each statement cheap: a plan costed past jit_above_cost is
+        # JIT-compiled on every execution (hundreds of milliseconds for a claim that takes one).
+        assert "JIT" not in plan and plan["Plan"]["Total Cost"] < 10_000, plan["Query Text"]
+        assert not _seq_scans(plan["Plan"], "tasks"), plan["Query Text"]
+    scans = [n for p in plans for n in _find(p["Plan"], "Index Scan", "tasks_runnable_idx")]
+    # The scan stops after the LIMIT: it never reads the 50,000 finished rows.
+    assert scans and all(n["Actual Rows"] <= 10 for n in scans)
+    # The retry lane's probe uses its own index (no FAILED row: an empty probe).
+    assert [n for p in plans for n in _find(p["Plan"], "Index Scan", "tasks_retry_idx")]
+
+
+@pytest.mark.parametrize(
+    "name", ["mark_success_many", "mark_failed_many", "mark_dead_many", "release_many"]
+)
+def test_completions_go_through_the_primary_key(conn: psycopg.Connection[Any], name: str) -> None:
+    """A bloated tasks_processing_idx (every claim adds an entry, vacuum removes them) must not
+    be where a completion looks, whatever the statistics say."""
+    from taskq.db.sqlfiles import query
+
+    conn.execute(
+        "INSERT INTO taskq.tasks (task_type, status, finished_at)"
+        " SELECT 't', 'SUCCESS', now() FROM generate_series(1, 30000)"
+    )
+    conn.execute("ANALYZE taskq.tasks")  # statistics: nothing in flight
+    conn.execute(
+        "INSERT INTO taskq.tasks (task_type, status, effective_id)"
+        " SELECT 't', 'PROCESSING', gen_random_uuid() FROM generate_series(1, 2000)"
+    )
+    found = conn.execute(
+        "SELECT id, effective_id FROM taskq.tasks WHERE status = 'PROCESSING' LIMIT 32"
+    ).fetchall()
+    n = len(found)
+    params = {
+        "ids": [r[0] for r in found],
+        "tokens": [r[1] for r in found],
+        "outcome": "success",
+        "errors": ["e"] * n,
+        "afters": [None] * n,
+        "delays": [1.0] * n,
+        "jitters": [0.0] * n,
+        "counts": [True] * n,
+        "threshold": 5,
+    }
+    plan_rows = conn.execute(
+        psycopg.sql.SQL("EXPLAIN (FORMAT JSON) ") + psycopg.sql.SQL(query(name)), params
+    ).fetchone()
+    assert plan_rows is not None
+    text = json.dumps(plan_rows[0])
+    assert "tasks_pkey" in text and "tasks_processing_idx" not in text
+    assert not _seq_scans(plan_rows[0][0]["Plan"], "tasks")
+    assert plan_rows[0][0]["Plan"]["Total Cost"] < 10_000
+
+
+def _seq_scans(node: dict[str, Any], relation: str) -> list[dict[str, Any]]:
+    found = []
+    if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") == relation:
+        found.append(node)
+    for child in node.get("Plans", []):
+        found.extend(_seq_scans(child, relation))
+    return found
+
+
+def _find(node: dict[str, Any], kind: str, index: str) -> list[dict[str, Any]]:
+    found = []
+    if node.get("Node Type") == kind and node.get("Index Name") == index:
+        found.append(node)
+    for child in node.get("Plans", []):
+        found.extend(_find(child, kind, index))
+    return found

@@ -1,0 +1,143 @@
+"""The completer's batching, with a fake pool and store: no database."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from taskq.db import store
+from taskq.model import ClaimedTask, Finished, Status, TaskOptions
+from taskq.outcome import Outcome
+from taskq.worker.completer import Completer
+from taskq.worker.metrics import Metrics
+
+
+class FakePool:
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        yield object()
+
+
+def task(task_id: int, task_type: str = "job.x", max_retry_count: int = 5) -> ClaimedTask:
+    now = dt.datetime.now(dt.UTC)
+    return ClaimedTask(
+        id=task_id,
+        task_type=task_type,
+        queue="default",
+        biz_id=None,
+        payload={},
+        priority=0,
+        retry_count=0,
+        max_retry_count=max_retry_count,
+        timeout_seconds=30,
+        effective_id=uuid.uuid4(),
+        trace_id=None,
+        created_at=now,
+        scheduled_at=now,
+        started_at=now,
+    )
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[dict[str, Any]]]:
+    """Every store call the completer makes, with its arguments."""
+    seen: dict[str, list[dict[str, Any]]] = {}
+
+    async def mark_success_many(conn: Any, ids: Any, tokens: Any, **kw: Any) -> set[int]:
+        seen.setdefault("mark_success_many", []).append({"ids": list(ids)})
+        return set(ids)
+
+    async def mark_failed_many(conn: Any, **kw: Any) -> dict[int, Finished]:
+        seen.setdefault("mark_failed_many", []).append(kw)
+        # Even ids were on their last retry: dead-lettered by exhaustion.
+        return {
+            i: Finished(Status.DEAD_LETTER if i % 2 == 0 else Status.FAILED, 1, None)
+            for i in kw["ids"]
+        }
+
+    async def mark_dead_many(conn: Any, **kw: Any) -> dict[int, Finished]:
+        seen.setdefault("mark_dead_many", []).append(kw)
+        return {i: Finished(Status.DEAD_LETTER, 0, None) for i in kw["ids"]}
+
+    async def release_many(conn: Any, ids: Any, tokens: Any) -> list[int]:
+        seen.setdefault("release_many", []).append({"ids": list(ids)})
+        return list(ids)
+
+    for name, fn in [
+        ("mark_success_many", mark_success_many),
+        ("mark_failed_many", mark_failed_many),
+        ("mark_dead_many", mark_dead_many),
+        ("release_many", release_many),
+    ]:
+        monkeypatch.setattr(store, name, fn)
+    return seen
+
+
+def new_completer(metrics: Metrics | None = None, capacity: int = 1000) -> Completer:
+    return Completer(
+        FakePool(),  # type: ignore[arg-type]
+        lambda t: TaskOptions(t),
+        worker_id="w",
+        metrics=metrics,
+        capacity=capacity,
+    )
+
+
+async def test_one_statement_per_kind_per_flush(calls: dict[str, list[dict[str, Any]]]) -> None:
+    completer = new_completer()
+    boom = RuntimeError("boom")
+    for n in range(1, 41):
+        completer.put(Outcome.failure(task(n), 0.1, boom))
+    for n in range(41, 51):
+        completer.put(Outcome.retry(task(n), 0.1, boom, 5.0))
+    for n in range(51, 61):
+        completer.put(Outcome.dead(task(n), 0.1, boom))
+    for n in range(61, 71):
+        completer.put(Outcome.success(task(n), 0.1))
+    for n in range(71, 76):
+        completer.put(Outcome.released(task(n), 0.1, "Interrupted: shutdown"))
+    await completer.run_once()
+    assert {name: len(c) for name, c in calls.items()} == {
+        "mark_success_many": 1,
+        "mark_failed_many": 1,
+        "mark_dead_many": 1,
+        "release_many": 1,
+    }
+    [failed] = calls["mark_failed_many"]
+    assert len(failed["ids"]) == 50
+    # An exception counts against the breaker; a taskq.Retry (a snooze) does not.
+    assert failed["counts_for_breaker"] == [True] * 40 + [False] * 10
+    assert failed["after_seconds"] == [None] * 40 + [5.0] * 10
+    assert completer.pending == 0
+
+
+async def test_a_retry_exhausted_failure_counts_as_dead_lettered(
+    calls: dict[str, list[dict[str, Any]]],
+) -> None:
+    metrics = Metrics()
+    completer = new_completer(metrics)
+    completer.put(Outcome.failure(task(2), 0.1, RuntimeError("x")))  # exhausted (even)
+    completer.put(Outcome.failure(task(3), 0.1, RuntimeError("x")))  # retried later (odd)
+    await completer.run_once()
+
+    def count(outcome: str) -> float:
+        labels = {"queue": "default", "task_type": "job.x", "outcome": outcome}
+        return metrics.registry.get_sample_value("taskq_tasks_finished_total", labels) or 0.0
+
+    assert count("dead_lettered") == 1 and count("failure") == 1
+
+
+async def test_the_queue_is_bounded_for_claimers(calls: dict[str, list[dict[str, Any]]]) -> None:
+    completer = new_completer(capacity=3)
+    assert completer.room.is_set()
+    for n in range(3):
+        completer.put(Outcome.success(task(n), 0.1))
+    assert not completer.room.is_set() and completer.pending == 3
+    completer.put(Outcome.success(task(9), 0.1))  # reports are never refused
+    await completer.run_once()
+    assert completer.room.is_set() and completer.pending == 0
