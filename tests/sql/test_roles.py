@@ -364,7 +364,32 @@ def test_worker_role_runs_a_real_worker(roles_dsn: str, login_as: LoginAs, tmp_p
         what="a schedule tick",
     )
 
-    # Kill the worker holding the blocked task; a second worker's reaper rescues it.
+    # Kill the worker holding the blocked task; a second worker's reaper rescues it. The
+    # blocked task must be the worker's only attempt when it dies: one that died beside others
+    # (a schedule tick) is released uncharged to run alone (the crash judgement in finish.sql),
+    # and would block again. So stop the ticks first and wait for the last one to end.
+    paused = taskq_cli("pause", "deploy.tick", "--dsn", roles_dsn)
+    assert paused.returncode == 0, paused.stderr
+    wait_until_sync(
+        lambda: any(
+            "deploy.tick" in e.get("paused_types", ())
+            for e in first.events()
+            if e.get("event") == "control_changed"
+        ),
+        timeout=10,
+        what="the worker obeying the pause",
+    )
+    wait_until_sync(
+        lambda: (
+            not rows(
+                roles_dsn,
+                "SELECT 1 FROM taskq.tasks WHERE status = 'PROCESSING' AND task_type <> "
+                "'deploy.block_first'",
+            )
+        ),
+        timeout=10,
+        what="the blocked task alone in PROCESSING",
+    )
     first.kill()
     second = start_worker(worker_dsn, tmp_path)
     wait_until_sync(
