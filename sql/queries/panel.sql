@@ -69,8 +69,9 @@ ORDER BY 1;
 
 -- name: browse_tasks
 -- One page of the task browser, newest first, keyset-paged by id (never OFFSET). Every filter
--- is optional; the indexes that keep it fast: tasks_status_id_idx (status, id), the primary key
--- (id ranges), tasks_biz_id_idx (task_type, biz_id), tasks_trace_idx (trace_id).
+-- is optional; the indexes that keep it fast: the primary key (id ranges, and SUCCESS, most of
+-- the table, read newest first), the partial indexes of the other states (sql/ddl/0011_panel.sql),
+-- tasks_biz_browse_idx (biz_id, id), tasks_trace_idx (trace_id).
 SELECT id, task_type, queue, biz_id, status, priority, retry_count, trace_id, worker_id,
        created_at, started_at, finished_at, progress,
        extract(epoch FROM now() - created_at)::float8 AS age_seconds
