@@ -151,6 +151,7 @@ class Processes:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.done: list[subprocess.Popen[bytes]] = []  # exited as they should (check_alive)
         self._logs: list[IO[bytes]] = []
         self._spawned = len(list(log_dir.glob("*.log")))  # unique log names within a run
 
@@ -197,13 +198,16 @@ class Processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
         self.procs.clear()
+        self.done.clear()
         for log in self._logs:
             log.close()
         self._logs.clear()
 
     def check_alive(self) -> None:
+        """Raise if a process that should still be running has exited (a finished producer,
+        ``done``, is not one of them)."""
         for proc in self.procs:
-            if proc.poll() is not None:
+            if proc.poll() is not None and proc not in self.done:
                 argv = proc.args if isinstance(proc.args, list) else [proc.args]
                 raise RuntimeError(
                     f"process {proc.pid} ({' '.join(map(str, argv))[:120]}) exited with "

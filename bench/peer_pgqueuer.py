@@ -372,6 +372,7 @@ def _latency(dsn: str, log_dir: Path, *, seconds: float, interval: float) -> dic
             producer.wait(timeout=seconds + 120)
             if producer.returncode != 0:
                 raise RuntimeError(f"the PgQueuer producer failed; see {log_dir}")
+            procs.done.append(producer)  # its exit is no worker's death
             wait_until(
                 lambda: _remaining(conn) == 0,
                 timeout=60,
