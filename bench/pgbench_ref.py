@@ -48,9 +48,11 @@ def script() -> str:
         "SELECT c.id,", "SELECT c.id AS claimed_id, c.effective_id AS token, c.id,", 1
     )
     complete = query("mark_success_many")
-    statement_params("mark_success_many", {"ids": None, "tokens": None})  # still ids + tokens?
+    # Still ids, tokens and the task_stats outcome?
+    statement_params("mark_success_many", {"ids": None, "tokens": None, "outcome": None})
     # In -M prepared a :variable is a parameter: ARRAY[$1]::bigint[] etc.
     complete = complete.replace("%(ids)s", "ARRAY[:claimed_id]")
+    complete = complete.replace("%(outcome)s", "'success'")
     complete = one_line(complete.replace("%(tokens)s", "ARRAY[:token]"))
     # The insert also resets the variables: with several clients a claim can find nothing
     # (every runnable row locked by the others' claims), and \aset then assigns nothing, so the

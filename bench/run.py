@@ -215,7 +215,12 @@ def peer_ratios(results: list[Measurement]) -> list[Measurement]:
                     f"{ours_db:.1f} us (taskq) vs {theirs_db:.1f} us",
                 )
     pairs = (
-        ("enqueue-single", "app.enqueue", "1 job per call", "enqueue, 1 per transaction"),
+        (
+            "enqueue-single",
+            "app.enqueue(conn, ...) on an autocommit",
+            "1 job per call",
+            "enqueue, 1 per transaction (autocommit, both)",
+        ),
         ("enqueue-bulk", "app.enqueue_many", "lists of 1,000", "enqueue, 1,000 per call"),
     )
     for scenario, ours_case, theirs_case, label in pairs:

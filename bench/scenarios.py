@@ -265,12 +265,19 @@ def enqueue_single(ctx: Context) -> list[Measurement]:
     n = 500 if ctx.quick else 5_000
     rounds = 5
     per_round = n // rounds
-    elapsed = {"taskq": 0.0, "raw": 0.0}
+    elapsed = {"taskq": 0.0, "raw": 0.0, "autocommit": 0.0}
     app = apps.app
     with db_connect(ctx.dsn) as admin:
         reset_tasks(admin)
         settle(admin)
-    with db_connect(ctx.dsn, autocommit=False) as conn:
+    with db_connect(ctx.dsn, autocommit=False) as conn, db_connect(ctx.dsn) as auto:
+
+        def via_autocommit(start: int) -> float:
+            # The INSERT is its own transaction: one round trip (how the peer enqueues).
+            t0 = time.perf_counter()
+            for i in range(start, start + per_round):
+                app.enqueue(auto, "bench.noop", payload_200(i))
+            return time.perf_counter() - t0
 
         def via_taskq(start: int) -> float:
             t0 = time.perf_counter()
@@ -292,7 +299,7 @@ def enqueue_single(ctx: Context) -> list[Measurement]:
         # Interleaved rounds (taskq, raw, raw, taskq, ...): both see the same table and the
         # same background noise.
         for r in range(rounds):
-            order = [("taskq", via_taskq), ("raw", via_raw)]
+            order = [("taskq", via_taskq), ("raw", via_raw), ("autocommit", via_autocommit)]
             if r % 2:
                 order.reverse()
             for name, fn in order:
@@ -301,7 +308,16 @@ def enqueue_single(ctx: Context) -> list[Measurement]:
     taskq_rate = done / elapsed["taskq"]
     raw_rate = done / elapsed["raw"]
     ratio = raw_rate / taskq_rate
+    auto_rate = done / elapsed["autocommit"]
     return [
+        Measurement(
+            "enqueue-single",
+            "app.enqueue(conn, ...) on an autocommit connection",
+            round(auto_rate, 1),
+            "tasks/s",
+            {"tasks": done, "seconds": round(elapsed["autocommit"], 3)},
+            f"{1e3 / auto_rate:.3f} ms per task (one round trip; the peer's mode)",
+        ),
         Measurement(
             "enqueue-single",
             "app.enqueue(conn, ...), 1 commit each",
