@@ -86,6 +86,33 @@ async def test_enqueue_in_a_span_gives_an_attempt_span_in_the_same_trace(
     assert child_row["trace_id"] == hex_trace
 
 
+async def test_enqueue_many_in_a_span_puts_every_task_in_its_trace(
+    dsn: str, spans: InMemorySpanExporter
+) -> None:
+    """The span context is read once per call, and every item gets it; a trace id an item
+    names itself still wins."""
+    app = taskq.App(dsn=dsn)
+    tracer = trace.get_tracer("a-batch-job")
+    with tracer.start_as_current_span("nightly import") as job:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            ids = await app.enqueue_many(
+                conn,
+                [taskq.EnqueueItem("otel.bulk", {"i": i}) for i in range(3)]
+                + [taskq.EnqueueItem("otel.bulk", {"i": 3}, trace_id="mine")],
+            )
+    context = job.get_span_context()
+    hex_trace = f"{context.trace_id:032x}"
+    found = rows(
+        dsn,
+        "SELECT trace_id, traceparent FROM taskq.tasks WHERE id = ANY(%s) ORDER BY id",
+        ([int(i) for i in ids],),
+    )
+    assert [r["trace_id"] for r in found] == [hex_trace] * 3 + ["mine"]
+    assert {r["traceparent"] for r in found} == {
+        f"00-{hex_trace}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+    }
+
+
 async def test_without_a_span_the_attempt_joins_the_tasks_trace_id(
     dsn: str, worker_factory: Any, spans: InMemorySpanExporter
 ) -> None:
