@@ -296,8 +296,8 @@ def enqueue_single(ctx: Context) -> list[Measurement]:
                 conn.commit()
             return time.perf_counter() - t0
 
-        # Interleaved rounds (taskq, raw, raw, taskq, ...): both see the same table and the
-        # same background noise.
+        # Interleaved rounds (taskq, raw, autocommit, then backwards, ...): all three see the
+        # same table and the same background noise.
         for r in range(rounds):
             order = [("taskq", via_taskq), ("raw", via_raw), ("autocommit", via_autocommit)]
             if r % 2:

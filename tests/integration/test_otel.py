@@ -89,8 +89,8 @@ async def test_enqueue_in_a_span_gives_an_attempt_span_in_the_same_trace(
 async def test_enqueue_many_in_a_span_puts_every_task_in_its_trace(
     dsn: str, spans: InMemorySpanExporter
 ) -> None:
-    """The span context is read once per call, and every item gets it; a trace id an item
-    names itself still wins."""
+    """Every item of one call joins the caller's span's trace; a trace id an item names
+    itself still wins."""
     app = taskq.App(dsn=dsn)
     tracer = trace.get_tracer("a-batch-job")
     with tracer.start_as_current_span("nightly import") as job:
