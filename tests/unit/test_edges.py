@@ -81,3 +81,18 @@ async def test_a_level_change_is_reported(monkeypatch: pytest.MonkeyPatch) -> No
     )
     assert await evaluator.run_once() == Level.WARNING
     assert changes == [(Level.NORMAL, Level.WARNING)]
+
+
+def test_a_half_written_postmaster_pid_is_no_crash(tmp_path: Any) -> None:
+    """`taskq server status` read postmaster.pid while the postmaster rewrote it (seven lines,
+    no status line yet) and died with a traceback; a half-written file is now read again, and
+    taken as a server not ready when it stays so."""
+    pid_file = tmp_path / "postmaster.pid"
+    pid_file.write_text("8347\n/data\n1796167101\n5432\n\n\n  2319055    163862\n")
+    assert embedded.postmaster_info(tmp_path, attempts=2) is None
+    pid_file.write_text(
+        "8347\n/data\n1796167101\n5432\n/tmp\nlocalhost\n  2319055    163862\nready\n"
+    )
+    info = embedded.postmaster_info(tmp_path, attempts=2)
+    assert info is not None and info.port == 5432
+    assert embedded.postmaster_info(tmp_path / "missing") is None
