@@ -89,6 +89,7 @@ class EnqueueItem:
 
 
 _ITEM_FIELDS = frozenset(f.name for f in fields(EnqueueItem))
+_PLAIN_ITEM = frozenset({"task_type", "payload"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,7 @@ class App:
         self.reconcilers: dict[str, Reconciler] = {}
         self._good_names: set[str] = set()
         self._default_options: dict[str, TaskOptions] = {}
+        self._plain: dict[str, dict[str, Any]] = {}
 
     # --- registry --------------------------------------------------------------------------
 
@@ -233,6 +235,7 @@ class App:
                 raise ConfigError(f"task type {task_type!r} is registered twice")
             handle = Task(self, fn, options)
             self.tasks[task_type] = handle
+            self._plain.pop(task_type, None)  # its routing and options change
             return handle
 
         return register
@@ -371,8 +374,8 @@ class App:
 
     def _name(self, kind: str, value: Any) -> str:
         """check_name, remembered: bulk enqueues repeat the same few names thousands of times."""
-        if value in self._good_names:
-            return str(value)
+        if isinstance(value, str) and value in self._good_names:
+            return value
         check_name(kind, value)
         if len(self._good_names) < 10_000:
             self._good_names.add(value)
@@ -537,19 +540,46 @@ class App:
         self, items: Iterable[EnqueueItem | Mapping[str, Any]]
     ) -> list[dict[str, Any]]:
         every: list[dict[str, Any]] = []
+        traceparent, span_trace_id = tracing.current()
         for raw in items:
             fields: Mapping[str, Any]
             if isinstance(raw, EnqueueItem):
                 fields = {name: getattr(raw, name) for name in _ITEM_FIELDS}
             else:
-                unknown = raw.keys() - _ITEM_FIELDS
-                if unknown:
+                if not _ITEM_FIELDS.issuperset(raw.keys()):
+                    unknown = raw.keys() - _ITEM_FIELDS
                     raise InvalidTask(f"unknown enqueue field(s): {', '.join(sorted(unknown))}")
                 if "task_type" not in raw:
                     raise InvalidTask("an enqueue item needs a task_type")
                 fields = raw
+                if _PLAIN_ITEM.issuperset(raw.keys()):
+                    every.append(self._plain_params(raw, traceparent, span_trace_id))
+                    continue
             every.append(self._params(fields["task_type"], fields.get("payload"), fields))
         return every
+
+    def _plain_params(
+        self, raw: Mapping[str, Any], traceparent: str | None, span_trace_id: str | None
+    ) -> dict[str, Any]:
+        """An item with only a task type and a payload, the usual bulk item: every field but
+        the payload and the trace is the same for all items of the type, so the checked
+        params of its first item are kept and copied (a bulk enqueue spends its Python time
+        here: about 3 us an item less than _params)."""
+        task_type = raw["task_type"]
+        base = self._plain.get(task_type) if isinstance(task_type, str) else None
+        if base is None:
+            params = self._params(task_type, raw.get("payload"), raw)
+            if len(self._plain) < 1_000:
+                self._plain[task_type] = dict(params)
+            return params
+        payload = raw.get("payload")
+        params = base.copy()
+        params["payload"] = encode_payload(
+            {} if payload is None else payload, self.max_payload_bytes
+        )
+        params["trace_id"] = span_trace_id or new_trace_id()
+        params["traceparent"] = traceparent
+        return params
 
     @overload
     def enqueue_many(

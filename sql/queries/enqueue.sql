@@ -54,19 +54,22 @@ WHERE t.status IN ('PENDING', 'PROCESSING', 'FAILED');
 -- name: reserve_task_ids
 -- The ids for a COPY batch, in order, and the database clock for its scheduled times. When the
 -- role may not set ids (taskq_enqueuer has no INSERT on the id column: least privilege) the
--- ids come back NULL and the caller uses insert_tasks instead.
+-- ids come back NULL and the caller uses insert_tasks instead. The sequence is looked up once
+-- (OFFSET 0 keeps the planner from copying the lookup into the subquery): looking it up for
+-- every id was three quarters of this statement's time.
 SELECT CASE
            WHEN has_column_privilege('taskq.tasks', 'id', 'INSERT')
-            AND has_sequence_privilege(pg_get_serial_sequence('taskq.tasks', 'id'), 'USAGE')
+            AND has_sequence_privilege(seq.id, 'USAGE')
            THEN (SELECT array_agg(v ORDER BY v)
-                 FROM (SELECT nextval(pg_get_serial_sequence('taskq.tasks', 'id')) AS v
+                 FROM (SELECT nextval(seq.id) AS v
                        FROM generate_series(1, %(n)s)) AS reserved)
        END AS ids,
-       now() AS now;
+       now() AS now
+FROM (SELECT pg_get_serial_sequence('taskq.tasks', 'id')::regclass AS id OFFSET 0) AS seq;
 
 -- name: copy_tasks
 -- Bulk enqueue without unique keys: COPY takes PostgreSQL's multi-row insert path, about twice
--- as fast per row as INSERT ... SELECT. The statement trigger still sends one NOTIFY.
-COPY taskq.tasks (id, task_type, queue, biz_id, payload, priority, scheduled_at, max_retry_count,
-                  timeout_seconds, trace_id, ordering_key, parent_id, concurrency_key,
-                  traceparent) FROM STDIN;
+-- as fast per row as INSERT ... SELECT. The statement trigger still sends one NOTIFY. {columns}
+-- is the batch's column list: id, task_type, queue, payload, priority, max_retry_count,
+-- timeout_seconds, trace_id, then only the optional columns some item of the batch sets.
+COPY taskq.tasks ({columns}) FROM STDIN;

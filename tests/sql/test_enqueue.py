@@ -165,3 +165,35 @@ def test_bulk_enqueue_by_copy_one_notify_db_clock_and_rollback(dsn: str) -> None
     assert stored[ids[500]]["scheduled_at"] == db_now + dt.timedelta(hours=1)
     assert stored[ids[501]]["scheduled_at"] == at
     assert stored[ids[0]]["trace_id"] != stored[ids[1]]["trace_id"]
+
+
+def test_plain_bulk_items_keep_their_own_payload_trace_and_the_types_routing(dsn: str) -> None:
+    """Items with only a type and a payload reuse the checked fields of the type's first item
+    and COPY only the columns they set: each row still has its own payload and trace id, the
+    database clock as its scheduled time, and a type registered later is routed anew."""
+    app = taskq.App(dsn="unused")
+    with psycopg.connect(dsn) as conn:
+        with conn.transaction():
+            first = app.enqueue_many(
+                conn, [{"task_type": "late.type", "payload": {"i": i}} for i in range(3)]
+            )
+            db_now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+
+        @app.task("late.type", queue="late-queue", max_retry_count=7)
+        def late(payload: Any) -> None: ...
+
+        second = app.enqueue_many(
+            conn, [{"task_type": "late.type"}, {"task_type": "late.type", "payload": {"i": 9}}]
+        )
+        conn.commit()
+    stored = {r["id"]: r for r in rows(dsn, "SELECT * FROM taskq.tasks")}
+    assert [stored[i]["payload"] for i in first] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert len({stored[i]["trace_id"] for i in first + second}) == 5
+    assert all(stored[i]["scheduled_at"] == db_now for i in first)
+    assert {(stored[i]["queue"], stored[i]["max_retry_count"]) for i in first} == {
+        ("default", None)
+    }  # routed by the trigger: no registry row
+    assert [stored[i]["payload"] for i in second] == [{}, {"i": 9}]
+    assert {(stored[i]["queue"], stored[i]["max_retry_count"]) for i in second} == {
+        ("late-queue", 7)
+    }

@@ -84,3 +84,13 @@ def test_enqueue_many_validates_every_item_first() -> None:
 def test_surrogate_in_a_task_type_is_refused() -> None:
     with pytest.raises(taskq.InvalidTask):
         taskq.App(dsn="unused").enqueue(NOT_A_CONNECTION, "sms.\udc80", {})  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("task_type", [["a"], {"a": 1}, 5, None])
+def test_a_task_type_that_is_not_a_string_is_refused_in_bulk_too(task_type: Any) -> None:
+    app = taskq.App(dsn="unused")
+    for items in ([{"task_type": task_type}], [{"task_type": "ok"}, {"task_type": task_type}]):
+        with pytest.raises(taskq.InvalidTask, match="must be a string"):
+            app.enqueue_many(NOT_A_CONNECTION, items)  # type: ignore[call-overload]
+    with pytest.raises(taskq.InvalidTask, match="must be a string"):
+        app.enqueue(NOT_A_CONNECTION, task_type, {})  # type: ignore[call-overload]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from taskq.db.sqlfiles import positional, query
 from taskq.db.store._base import (
@@ -56,15 +57,47 @@ async def ainsert_tasks(target: AsyncTarget | Any, params: Mapping[str, Any]) ->
         return await cur.fetchall()
 
 
-def _copy_row(task_id: int, p: Mapping[str, Any], now: dt.datetime) -> tuple[Any, ...]:
-    scheduled = p["scheduled_at"] or now
-    if p["delay"]:
-        scheduled = scheduled + dt.timedelta(seconds=p["delay"])
-    return (
-        task_id, p["task_type"], p["queue"], p["biz_id"], p["payload"], p["priority"], scheduled,
-        p["max_retry_count"], p["timeout_seconds"], p["trace_id"], p["ordering_key"],
-        p["parent_id"], p["concurrency_key"], p["traceparent"],
-    )  # fmt: skip
+# The columns every COPY row carries; the optional ones go in only when an item of the batch
+# sets them. A column left out takes its default, so a batch of plain items sends (and the server
+# parses) 8 fields a row instead of 14. scheduled_at's default, now(), is the transaction's clock:
+# the same instant reserve_task_ids reads, so leaving it out changes nothing.
+_COPY_COLUMNS = (
+    "id", "task_type", "queue", "payload", "priority", "max_retry_count", "timeout_seconds",
+    "trace_id",
+)  # fmt: skip
+_COPY_OPTIONAL = ("biz_id", "ordering_key", "parent_id", "concurrency_key", "traceparent")
+
+
+def copy_statement(optional: Sequence[str]) -> sql.Composed:
+    """copy_tasks for the always-sent columns plus ``optional`` (column names, trusted)."""
+    columns = [*_COPY_COLUMNS, *optional]
+    return sql.SQL(query("copy_tasks")).format(
+        columns=sql.SQL(", ").join(map(sql.Identifier, columns))
+    )
+
+
+def _copy_plan(
+    items: Sequence[Mapping[str, Any]], now: dt.datetime
+) -> tuple[sql.Composed, Callable[[int, Mapping[str, Any]], tuple[Any, ...]]]:
+    """The COPY statement for this batch and the function that makes an item's row for it."""
+    optional = [c for c in _COPY_OPTIONAL if any(p[c] is not None for p in items)]
+    scheduled = any(p["scheduled_at"] is not None or p["delay"] for p in items)
+    statement = copy_statement([*optional, *(["scheduled_at"] if scheduled else [])])
+
+    def row(task_id: int, p: Mapping[str, Any]) -> tuple[Any, ...]:
+        fields = (
+            task_id, p["task_type"], p["queue"], p["payload"], p["priority"],
+            p["max_retry_count"], p["timeout_seconds"], p["trace_id"],
+            *[p[c] for c in optional],
+        )  # fmt: skip
+        if not scheduled:
+            return fields
+        at = p["scheduled_at"] or now
+        if p["delay"]:
+            at = at + dt.timedelta(seconds=p["delay"])
+        return (*fields, at)
+
+    return statement, row
 
 
 def copy_tasks(target: SyncTarget, items: Sequence[Mapping[str, Any]]) -> list[int] | None:
@@ -77,9 +110,10 @@ def copy_tasks(target: SyncTarget, items: Sequence[Mapping[str, Any]]) -> list[i
         if row["ids"] is None:
             return None
         ids: list[int] = row["ids"]
-        with cur.copy(query("copy_tasks")) as copy:
+        statement, make_row = _copy_plan(items, row["now"])
+        with cur.copy(statement) as copy:
             for task_id, p in zip(ids, items, strict=True):
-                copy.write_row(_copy_row(task_id, p, row["now"]))
+                copy.write_row(make_row(task_id, p))
     return ids
 
 
@@ -95,9 +129,10 @@ async def acopy_tasks(
         if row["ids"] is None:
             return None
         ids: list[int] = row["ids"]
-        async with cur.copy(query("copy_tasks")) as copy:
+        statement, make_row = _copy_plan(items, row["now"])
+        async with cur.copy(statement) as copy:
             for task_id, p in zip(ids, items, strict=True):
-                await copy.write_row(_copy_row(task_id, p, row["now"]))
+                await copy.write_row(make_row(task_id, p))
     return ids
 
 
