@@ -1,0 +1,83 @@
+"""A/B of two worker settings, alternated in one run: ``python bench/ab.py A_ENV B_ENV``.
+
+Each side is an environment assignment for the worker processes (``TASKQ_EVENT_LOOP=asyncio``,
+``X=1``...); the drains alternate A, B, A, B... so that the machine's drift hits both. Prints
+each drain and the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rich.console import Console
+
+from bench import scenarios
+from bench.harness import DEFAULT_DSN, Databases, worker_supports_processes
+from bench.scenarios import Context
+from taskq.db.migrate import upgrade
+
+
+def _env(text: str) -> dict[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise SystemExit(f"ab.py: expected NAME=VALUE, got {text!r}")
+    return {name: value}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("a")
+    parser.add_argument("b")
+    parser.add_argument("--tasks", type=int, default=30_000)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--slots", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dsn", default=DEFAULT_DSN)
+    args = parser.parse_args()
+    sides = {side: _env(side) for side in (args.a, args.b)}
+    dbs = Databases(args.dsn)
+    results: dict[str, list[tuple[float, float, float]]] = {args.a: [], args.b: []}
+    try:
+        dsn = dbs.create("ab")
+        upgrade(dsn)
+        ctx = Context(
+            dsn=dsn,
+            quick=False,
+            log_dir=Path(tempfile.mkdtemp(prefix="taskq-ab-")),
+            console=Console(stderr=True),
+            processes_flag=worker_supports_processes(),
+        )
+        for _ in range(args.rounds):
+            for side in (args.a, args.b):
+                saved = dict(os.environ)
+                os.environ.update(sides[side])
+                try:
+                    t = scenarios.drain(
+                        ctx, tasks=args.tasks, processes=args.processes, slots=args.slots
+                    )
+                finally:
+                    os.environ.clear()
+                    os.environ.update(saved)
+                rate = t.rate_steady
+                worker = t.worker_cpu_us_per_task or 0.0
+                db = t.db_cpu_us_per_task or 0.0
+                results[side].append((rate, worker, db))
+                print(f"{side:32} {rate:9,.0f}/s  worker {worker:5.1f} us  db {db:5.1f} us")
+    finally:
+        dbs.drop_all()
+    for side, runs in results.items():
+        med = [statistics.median(r[i] for r in runs) for i in range(3)]
+        print(f"median {side:25} {med[0]:9,.0f}/s  worker {med[1]:5.1f} us  db {med[2]:5.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
