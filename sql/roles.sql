@@ -175,6 +175,8 @@ BEGIN
         ('backlog_samples', 'SELECT, INSERT, UPDATE, DELETE', 'DELETE'),
         ('task_types',      'SELECT, INSERT, UPDATE',         ''),
         ('settings',        'SELECT',                         'UPDATE'),
+        -- written only by the tasks table's SECURITY DEFINER triggers (0020)
+        ('task_traces',     '',                               ''),
         ('alembic_version', '',                               '')
     ) AS grants(tbl, worker, operator)
     LOOP

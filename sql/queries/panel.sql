@@ -80,7 +80,9 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(task_type)s::text IS NULL OR task_type = %(task_type)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(biz_id)s::text IS NULL OR biz_id = %(biz_id)s::text)
-  AND (%(trace_id)s::text IS NULL OR trace_id = %(trace_id)s::text)
+  AND (%(trace_id)s::text IS NULL
+       OR id = ANY(ARRAY(SELECT x.task_id FROM taskq.task_traces AS x
+                         WHERE x.trace_id = %(trace_id)s::text)))
   AND id < coalesce(%(before_id)s::bigint, 9223372036854775807)
   AND id >= coalesce(%(min_id)s::bigint, 0)
   AND (%(max_age_seconds)s::float8 IS NULL
