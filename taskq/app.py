@@ -617,12 +617,20 @@ class App:
     ) -> list[int] | Coroutine[Any, Any, list[int]]:
         """Insert many tasks in one statement (one round trip, one NOTIFY); ids in order.
 
-        Items are :class:`EnqueueItem` or mappings with the same keys. Every item is validated
-        first; one bad item raises and nothing is written. An item whose unique key is held by
-        a live task (or by an earlier item) gets that task's id, or raises with
-        ``on_duplicate="raise"``.
+        Items are :class:`EnqueueItem` or mappings with the same keys. One bad item raises
+        :class:`taskq.InvalidTask` and nothing is written; the caller's transaction goes on
+        as it was. (Plain items, a task type and a payload, are checked while the COPY
+        streams, behind a savepoint; others all before anything is sent.) An item whose
+        unique key is held by a live task (or by an earlier item) gets that task's id, or
+        raises with ``on_duplicate="raise"``.
         """
-        every = self._many_params(items)
+        batch = items if isinstance(items, list) else list(items)
+        if batch and all(_is_plain(raw) for raw in batch):
+            if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
+                return self._astream_plain(conn, batch)
+            if isinstance(conn, psycopg.Connection | psycopg.Cursor):
+                return self._stream_plain(conn, batch)
+        every = self._many_params(batch)
         if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
             return self._ainsert_many(conn, every, on_duplicate)
         if isinstance(conn, psycopg.Connection | psycopg.Cursor):
@@ -632,6 +640,27 @@ class App:
             lambda driver: self._insert_many(driver, every, on_duplicate),
             lambda driver: self._ainsert_many(driver, every, on_duplicate),
         )
+
+    def _stream_plain(self, conn: store.SyncTarget, batch: list[Any]) -> list[int]:
+        """Plain items (a task type and a payload) through psycopg: each is checked as the
+        COPY streams, while the server inserts the rows before it (store.copy_plain_tasks)."""
+        with schema_required():
+            traceparent, span_trace_id = tracing.current()
+            rows = (self._plain_params(raw, traceparent, span_trace_id) for raw in batch)
+            ids = store.copy_plain_tasks(conn, len(batch), rows)
+            if ids is not None:
+                return ids
+            return self._insert_many_unchecked(conn, self._many_params(batch), "return")
+
+    async def _astream_plain(self, conn: store.AsyncTarget, batch: list[Any]) -> list[int]:
+        with schema_required():
+            traceparent, span_trace_id = tracing.current()
+            rows = (self._plain_params(raw, traceparent, span_trace_id) for raw in batch)
+            ids = await store.acopy_plain_tasks(conn, len(batch), rows)
+            if ids is not None:
+                return ids
+            every = self._many_params(batch)
+            return await self._ainsert_many_unchecked(conn, every, "return")
 
     def _insert_many(
         self, conn: store.SyncTarget, every: list[dict[str, Any]], on_duplicate: str
@@ -801,6 +830,16 @@ def _through(
         return await arun(await integrations.async_driver(conn))
 
     return in_transaction()
+
+
+def _is_plain(raw: object) -> bool:
+    """An enqueue_many item with a task type, at most a payload besides, and nothing else."""
+    return (
+        isinstance(raw, Mapping)
+        and not isinstance(raw, EnqueueItem)
+        and "task_type" in raw
+        and _PLAIN_ITEM.issuperset(raw.keys())
+    )
 
 
 def _columns(every: list[dict[str, Any]]) -> dict[str, list[Any]]:

@@ -73,3 +73,14 @@ FROM (SELECT pg_get_serial_sequence('taskq.tasks', 'id')::regclass AS id OFFSET 
 -- is the batch's column list: id, task_type, queue, payload, priority, max_retry_count,
 -- timeout_seconds, trace_id, then only the optional columns some item of the batch sets.
 COPY taskq.tasks ({columns}) FROM STDIN;
+
+-- name: enqueue_savepoint
+-- Before a bulk COPY whose items are checked while they stream (copy_plain_tasks): an item that
+-- fails its check rolls back to here, so the caller's transaction goes on without the batch.
+SAVEPOINT taskq_enqueue_many;
+
+-- name: enqueue_savepoint_rollback
+ROLLBACK TO SAVEPOINT taskq_enqueue_many;
+
+-- name: enqueue_savepoint_release
+RELEASE SAVEPOINT taskq_enqueue_many;

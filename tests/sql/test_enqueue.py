@@ -197,3 +197,50 @@ def test_plain_bulk_items_keep_their_own_payload_trace_and_the_types_routing(dsn
     assert {(stored[i]["queue"], stored[i]["max_retry_count"]) for i in second} == {
         ("late-queue", 7)
     }
+
+
+def _plain_batch_with_a_bad_item(bad: dict[str, Any]) -> list[dict[str, Any]]:
+    good = [{"task_type": "plain.ok", "payload": {"i": i}} for i in range(300)]
+    return [*good, {"task_type": "plain.ok", **bad}, *good]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"payload": {"x": {1, 2}}}, {"payload": "x" * 5000}, {"task_type": "bad\ttype"}],
+    ids=["unserialisable", "too-big", "bad-name"],
+)
+def test_a_bad_plain_item_mid_stream_writes_nothing_and_the_transaction_goes_on(
+    dsn: str, bad: dict[str, Any]
+) -> None:
+    """Plain items are checked while the COPY streams: the 301st item's failure rolls the
+    batch back to its savepoint, and the caller's own writes before and after stay."""
+    app = taskq.App(dsn="unused", max_payload_bytes=4096)
+    with psycopg.connect(dsn) as conn:
+        conn.execute("CREATE TABLE business (n int)")
+        conn.execute("INSERT INTO business VALUES (1)")
+        with pytest.raises(taskq.InvalidTask):
+            app.enqueue_many(conn, _plain_batch_with_a_bad_item(bad))
+        after = app.enqueue_many(conn, [{"task_type": "plain.after"}])
+        conn.execute("INSERT INTO business VALUES (2)")
+        conn.commit()
+    assert [r["n"] for r in rows(dsn, "SELECT n FROM business ORDER BY n")] == [1, 2]
+    stored = rows(dsn, "SELECT id, task_type FROM taskq.tasks")
+    assert [(r["id"], r["task_type"]) for r in stored] == [(after[0], "plain.after")]
+
+
+async def test_a_bad_plain_item_mid_stream_async_and_autocommit(dsn: str) -> None:
+    app = taskq.App(dsn="unused", max_payload_bytes=4096)
+    bad = _plain_batch_with_a_bad_item({"payload": "x" * 5000})
+    async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+        await aconn.execute("CREATE TABLE business (n int)")
+        await aconn.execute("INSERT INTO business VALUES (1)")
+        with pytest.raises(taskq.InvalidTask):
+            await app.enqueue_many(aconn, bad)
+        ids = await app.enqueue_many(aconn, [{"task_type": "plain.ok"}] * 3)
+        await aconn.commit()
+    with psycopg.connect(dsn, autocommit=True) as auto:
+        with pytest.raises(taskq.InvalidTask):
+            app.enqueue_many(auto, bad)
+        assert auto.execute("SELECT 1").fetchone() == (1,)  # the connection is fine
+    assert [r["n"] for r in rows(dsn, "SELECT n FROM business")] == [1]
+    assert [r["id"] for r in rows(dsn, "SELECT id FROM taskq.tasks ORDER BY id")] == ids

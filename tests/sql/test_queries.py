@@ -198,6 +198,9 @@ HELD = {"record_business_key"}
 # Statements that cannot run through a plain execute().
 COPY = {"copy_tasks"}
 
+# Statements that end the bulk enqueue's savepoint: they run after enqueue_savepoint.
+SAVEPOINT_ENDS = {"enqueue_savepoint_release", "enqueue_savepoint_rollback"}
+
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 
@@ -243,6 +246,8 @@ def test_every_named_query_runs(tx: psycopg.Connection[Any], name: str) -> None:
                 pass  # no rows: the statement and its columns are what is checked
             return
         params = params_for(name)
+        if name in SAVEPOINT_ENDS:
+            cur.execute(query("enqueue_savepoint"))
         if name in HELD:
             # The attempt the worker holds: the running task with TOKEN.
             held = tx.execute("SELECT id FROM taskq.tasks WHERE effective_id = %s", [TOKEN])

@@ -56,10 +56,12 @@ from taskq.db.store.dlq import (
     dlq_select,
 )
 from taskq.db.store.enqueue import (
+    acopy_plain_tasks,
     acopy_tasks,
     afind_live_tasks,
     ainsert_task,
     ainsert_tasks,
+    copy_plain_tasks,
     copy_tasks,
     find_live_tasks,
     insert_task,
@@ -156,6 +158,7 @@ __all__ = [
     "abacklog",
     "aborts_requested",
     "acancel_tasks",
+    "acopy_plain_tasks",
     "acopy_tasks",
     "adb_health",
     "afind_live_tasks",
@@ -187,6 +190,7 @@ __all__ = [
     "chart_retries",
     "claim_batch",
     "control_state",
+    "copy_plain_tasks",
     "copy_tasks",
     "counts_by_status",
     "db_health",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -17,6 +17,7 @@ from taskq.db.store._base import (
     _async_cursor,
     _sync_cursor,
 )
+from taskq.errors import InvalidTask
 
 
 def insert_task(target: SyncTarget, params: Mapping[str, Any]) -> int | None:
@@ -134,6 +135,73 @@ async def acopy_tasks(
             for task_id, p in zip(ids, items, strict=True):
                 await copy.write_row(make_row(task_id, p))
     return ids
+
+
+def copy_plain_tasks(
+    target: SyncTarget, count: int, items: Iterable[Mapping[str, Any]]
+) -> list[int] | None:
+    """COPY ``count`` plain items (task type and payload only: the always-sent columns), made
+    *while they stream*: the caller's iterator checks each item as the row before it is on its
+    way, so checking and the server's inserting overlap. An item that fails its check
+    (InvalidTask) rolls back to a savepoint taken before the COPY: nothing is written and the
+    caller's transaction goes on as if the call had not been made, as when every item was
+    checked first. None when this role may not set ids (nothing was read from ``items``)."""
+    conn = target.connection if isinstance(target, psycopg.Cursor) else target
+    with _sync_cursor(target) as cur:
+        cur.execute(query("reserve_task_ids"), {"n": count})
+        row = cur.fetchone()
+        assert row is not None
+        if row["ids"] is None:
+            return None
+        ids: list[int] = row["ids"]
+        guarded = not conn.autocommit  # autocommit: the COPY is its own transaction
+        if guarded:
+            cur.execute(query("enqueue_savepoint"))
+        try:
+            with cur.copy(copy_statement(())) as copy:
+                for task_id, p in zip(ids, items, strict=True):
+                    copy.write_row(_plain_row(task_id, p))
+        except InvalidTask:
+            if guarded:
+                cur.execute(query("enqueue_savepoint_rollback"))
+            raise
+        if guarded:
+            cur.execute(query("enqueue_savepoint_release"))
+    return ids
+
+
+async def acopy_plain_tasks(
+    target: AsyncTarget, count: int, items: Iterable[Mapping[str, Any]]
+) -> list[int] | None:
+    conn = target.connection if isinstance(target, psycopg.AsyncCursor) else target
+    async with _async_cursor(target) as cur:
+        await cur.execute(query("reserve_task_ids"), {"n": count})
+        row = await cur.fetchone()
+        assert row is not None
+        if row["ids"] is None:
+            return None
+        ids: list[int] = row["ids"]
+        guarded = not conn.autocommit
+        if guarded:
+            await cur.execute(query("enqueue_savepoint"))
+        try:
+            async with cur.copy(copy_statement(())) as copy:
+                for task_id, p in zip(ids, items, strict=True):
+                    await copy.write_row(_plain_row(task_id, p))
+        except InvalidTask:
+            if guarded:
+                await cur.execute(query("enqueue_savepoint_rollback"))
+            raise
+        if guarded:
+            await cur.execute(query("enqueue_savepoint_release"))
+    return ids
+
+
+def _plain_row(task_id: int, p: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (
+        task_id, p["task_type"], p["queue"], p["payload"], p["priority"],
+        p["max_retry_count"], p["timeout_seconds"], p["trace_id"],
+    )  # fmt: skip
 
 
 def _key_params(keys: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
