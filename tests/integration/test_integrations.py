@@ -27,9 +27,12 @@ class Boom(Exception):
 
 def url(dsn: str, driver: str) -> str:
     parts = conninfo_to_dict(dsn)
-    host = parts.get("host", "127.0.0.1")
+    host = str(parts.get("host", "127.0.0.1"))
     port = parts.get("port", "5432")
-    return f"postgresql+{driver}://{parts.get('user', 'root')}@{host}:{port}/{parts['dbname']}"
+    user = parts.get("user", "root")
+    if host.startswith("/"):  # a socket directory (the embedded server): a query parameter
+        return f"postgresql+{driver}://{user}@/{parts['dbname']}?host={host}&port={port}"
+    return f"postgresql+{driver}://{user}@{host}:{port}/{parts['dbname']}"
 
 
 def raw_asyncpg_dsn(dsn: str) -> str:
