@@ -71,7 +71,8 @@ ORDER BY 1;
 -- One page of the task browser, newest first, keyset-paged by id (never OFFSET). Every filter
 -- is optional; the indexes that keep it fast: the primary key (id ranges, and SUCCESS, most of
 -- the table, read newest first), the partial indexes of the other states (sql/ddl/0011_panel.sql),
--- tasks_biz_browse_idx (biz_id, id), tasks_trace_idx (trace_id).
+-- tasks_biz_browse_idx (biz_id, id), and for a trace the task ids taskq.task_traces holds
+-- (sql/ddl/0020_trace_lookup.sql), read then by primary key.
 SELECT id, task_type, queue, biz_id, status, priority, retry_count, trace_id, worker_id,
        created_at, started_at, finished_at, progress,
        extract(epoch FROM now() - created_at)::float8 AS age_seconds
