@@ -615,7 +615,7 @@ class App:
         *,
         on_duplicate: OnDuplicate = "return",
     ) -> list[int] | Coroutine[Any, Any, list[int]]:
-        """Insert many tasks in one statement (one round trip, one NOTIFY); ids in order.
+        """Insert many tasks in one statement (one NOTIFY); their ids in order.
 
         Items are :class:`EnqueueItem` or mappings with the same keys. One bad item raises
         :class:`taskq.InvalidTask` and nothing is written; the caller's transaction goes on
