@@ -552,7 +552,7 @@ class App:
                 if "task_type" not in raw:
                     raise InvalidTask("an enqueue item needs a task_type")
                 fields = raw
-                if _PLAIN_ITEM.issuperset(raw.keys()):
+                if _is_plain(raw):
                     every.append(self._plain_params(raw, traceparent, span_trace_id))
                     continue
             every.append(self._params(fields["task_type"], fields.get("payload"), fields))

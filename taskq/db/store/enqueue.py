@@ -86,11 +86,7 @@ def _copy_plan(
     statement = copy_statement([*optional, *(["scheduled_at"] if scheduled else [])])
 
     def row(task_id: int, p: Mapping[str, Any]) -> tuple[Any, ...]:
-        fields = (
-            task_id, p["task_type"], p["queue"], p["payload"], p["priority"],
-            p["max_retry_count"], p["timeout_seconds"], p["trace_id"],
-            *[p[c] for c in optional],
-        )  # fmt: skip
+        fields = (*_plain_row(task_id, p), *[p[c] for c in optional])
         if not scheduled:
             return fields
         at = p["scheduled_at"] or now
@@ -101,17 +97,24 @@ def _copy_plan(
     return statement, row
 
 
+def _reserved(row: Row | None) -> tuple[list[int], dt.datetime] | None:
+    """reserve_task_ids' answer: the ids and the database clock, or None when this role may
+    not set ids."""
+    assert row is not None
+    if row["ids"] is None:
+        return None
+    return list(row["ids"]), row["now"]
+
+
 def copy_tasks(target: SyncTarget, items: Sequence[Mapping[str, Any]]) -> list[int] | None:
     """COPY the items (none may have a unique key); their ids in order, or None when this role
     may not set ids (then use insert_tasks). Scheduled times use the database clock."""
     with _sync_cursor(target) as cur:
-        cur.execute(query("reserve_task_ids"), {"n": len(items)})
-        row = cur.fetchone()
-        assert row is not None
-        if row["ids"] is None:
+        reserved = _reserved(cur.execute(query("reserve_task_ids"), {"n": len(items)}).fetchone())
+        if reserved is None:
             return None
-        ids: list[int] = row["ids"]
-        statement, make_row = _copy_plan(items, row["now"])
+        ids, now = reserved
+        statement, make_row = _copy_plan(items, now)
         with cur.copy(statement) as copy:
             for task_id, p in zip(ids, items, strict=True):
                 copy.write_row(make_row(task_id, p))
@@ -125,12 +128,11 @@ async def acopy_tasks(
         return None  # asyncpg: insert_tasks (COPY's text format is psycopg's here)
     async with _async_cursor(target) as cur:
         await cur.execute(query("reserve_task_ids"), {"n": len(items)})
-        row = await cur.fetchone()
-        assert row is not None
-        if row["ids"] is None:
+        reserved = _reserved(await cur.fetchone())
+        if reserved is None:
             return None
-        ids: list[int] = row["ids"]
-        statement, make_row = _copy_plan(items, row["now"])
+        ids, now = reserved
+        statement, make_row = _copy_plan(items, now)
         async with cur.copy(statement) as copy:
             for task_id, p in zip(ids, items, strict=True):
                 await copy.write_row(make_row(task_id, p))
@@ -148,12 +150,10 @@ def copy_plain_tasks(
     checked first. None when this role may not set ids (nothing was read from ``items``)."""
     conn = target.connection if isinstance(target, psycopg.Cursor) else target
     with _sync_cursor(target) as cur:
-        cur.execute(query("reserve_task_ids"), {"n": count})
-        row = cur.fetchone()
-        assert row is not None
-        if row["ids"] is None:
+        reserved = _reserved(cur.execute(query("reserve_task_ids"), {"n": count}).fetchone())
+        if reserved is None:
             return None
-        ids: list[int] = row["ids"]
+        ids = reserved[0]
         guarded = not conn.autocommit  # autocommit: the COPY is its own transaction
         if guarded:
             cur.execute(query("enqueue_savepoint"))
@@ -176,11 +176,10 @@ async def acopy_plain_tasks(
     conn = target.connection if isinstance(target, psycopg.AsyncCursor) else target
     async with _async_cursor(target) as cur:
         await cur.execute(query("reserve_task_ids"), {"n": count})
-        row = await cur.fetchone()
-        assert row is not None
-        if row["ids"] is None:
+        reserved = _reserved(await cur.fetchone())
+        if reserved is None:
             return None
-        ids: list[int] = row["ids"]
+        ids = reserved[0]
         guarded = not conn.autocommit
         if guarded:
             await cur.execute(query("enqueue_savepoint"))
