@@ -70,7 +70,11 @@ def main() -> int:
                 worker = t.worker_cpu_us_per_task or 0.0
                 db = t.db_cpu_us_per_task or 0.0
                 results[side].append((rate, worker, db))
-                print(f"{side:32} {rate:9,.0f}/s  worker {worker:5.1f} us  db {db:5.1f} us")
+                xacts = t.db_per_task.get("db_xacts_per_task", 0.0)
+                print(
+                    f"{side:32} {rate:9,.0f}/s  worker {worker:5.1f} us  db {db:5.1f} us"
+                    f"  transactions/task {xacts:.3f}"
+                )
     finally:
         dbs.drop_all()
     for side, runs in results.items():

@@ -14,7 +14,9 @@ import psycopg
 
 from taskq.db.sqlfiles import query
 from taskq.db.store._base import (
+    Ids,
     Row,
+    Tokens,
     _async_cursor,
     _sync_cursor,
 )
@@ -26,7 +28,7 @@ from taskq.settings import CRASH_LIMIT
 def _success_params(
     ids: Sequence[int], tokens: Sequence[uuid.UUID], outcome: str
 ) -> dict[str, Any]:
-    return {"ids": list(ids), "tokens": list(tokens), "outcome": outcome}
+    return {"ids": Ids(ids), "tokens": Tokens(tokens), "outcome": outcome}
 
 
 async def mark_success_many(
@@ -79,8 +81,8 @@ async def mark_failed_many(
         await cur.execute(
             query("mark_failed_many"),
             {
-                "ids": list(ids),
-                "tokens": list(tokens),
+                "ids": Ids(ids),
+                "tokens": Tokens(tokens),
                 "errors": list(errors),
                 "afters": list(after_seconds),
                 "delays": list(delay_seconds),
@@ -102,7 +104,7 @@ async def mark_dead_many(
     async with _async_cursor(conn) as cur:
         await cur.execute(
             query("mark_dead_many"),
-            {"ids": list(ids), "tokens": list(tokens), "errors": list(errors)},
+            {"ids": Ids(ids), "tokens": Tokens(tokens), "errors": list(errors)},
         )
         return _finished(await cur.fetchall())
 
@@ -112,7 +114,7 @@ async def mark_cancelled_many(
 ) -> dict[int, Finished]:
     """PROCESSING -> CANCELLED for a batch of attempts that were asked to abort."""
     async with _async_cursor(conn) as cur:
-        await cur.execute(query("mark_cancelled_many"), {"ids": list(ids), "tokens": list(tokens)})
+        await cur.execute(query("mark_cancelled_many"), {"ids": Ids(ids), "tokens": Tokens(tokens)})
         return _finished(await cur.fetchall())
 
 
@@ -120,7 +122,7 @@ async def release_many(
     conn: psycopg.AsyncConnection[Any], ids: Sequence[int], tokens: Sequence[uuid.UUID]
 ) -> list[int]:
     async with _async_cursor(conn) as cur:
-        await cur.execute(query("release_many"), {"ids": list(ids), "tokens": list(tokens)})
+        await cur.execute(query("release_many"), {"ids": Ids(ids), "tokens": Tokens(tokens)})
         return [int(r["id"]) for r in await cur.fetchall()]
 
 

@@ -10,7 +10,9 @@ import psycopg
 
 from taskq.db.sqlfiles import query
 from taskq.db.store._base import (
+    Ids,
     Row,
+    Tokens,
     _sync_cursor,
 )
 
@@ -39,8 +41,8 @@ def worker_heartbeat(
                 "queues": queues_json,
                 "version": version,
                 "lease_seconds": lease_seconds,
-                "ids": [h[0] for h in held],
-                "tokens": [h[1] for h in held],
+                "ids": Ids(h[0] for h in held),
+                "tokens": Tokens(h[1] for h in held),
                 "stopped": claiming_stopped,
             },
         )
