@@ -101,6 +101,24 @@ def pooler_kwargs(*, pgbouncer: bool) -> dict[str, Any]:
     return {"prepare_threshold": None} if pgbouncer else {}
 
 
+# Names PostgreSQL gives the UTC zone itself (Etc/UTC is what Debian's clusters and the
+# official Docker image start with).
+UTC_ALIASES = frozenset(
+    {"Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu", "UCT", "Universal", "Zulu"}
+)
+
+
+async def utc_by_name(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Pool ``configure``: a session whose TimeZone is an alias of UTC gets plain 'UTC'.
+
+    The same zone, so nothing a statement computes or returns changes. But psycopg turns a
+    timestamptz into a datetime with ``datetime.timezone.utc`` only for the name 'UTC'; for
+    any other name it goes through ``zoneinfo``, five times slower: with four timestamps per
+    claimed task that was ~2 us of the worker's CPU per task, 5 % of a drain."""
+    if conn.info.parameter_status("TimeZone") in UTC_ALIASES:
+        await conn.execute("SET TimeZone = 'UTC'")
+
+
 def connect_plain(dsn: str, *, role: str) -> psycopg.Connection[Any]:
     """A sync connection with psycopg's default (tuple) rows, for user code (reconcilers)."""
     try:

@@ -38,6 +38,7 @@ from taskq.db.connection import (
     for_writes,
     pooler_kwargs,
     unavailable,
+    utc_by_name,
 )
 from taskq.db.dsn import resolve_dsn
 from taskq.errors import ConfigError
@@ -271,6 +272,8 @@ class Worker:
                 "application_name": application_name("worker"),
                 **conn_kwargs,
             },
+            # Not through PgBouncer: a session setting there belongs to no one in particular.
+            configure=None if self.settings.pgbouncer else utc_by_name,
             open=False,
             name="taskq-worker",
             # Checked at checkout: after a restart or a terminated backend, no claim, completion

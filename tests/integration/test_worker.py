@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import statistics
 import threading
 import time
+import zoneinfo
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 import taskq
-from tests.support import all_in, rows, status_of, wait_until, wakeup_latencies
+from tests.support import (
+    WorkerHandle,
+    all_in,
+    rows,
+    status_of,
+    wait_until,
+    wakeup_latencies,
+)
 
 
 async def enqueue(dsn: str, app: taskq.App, task_type: str, payload: Any = None, **kw: Any) -> int:
@@ -374,3 +384,34 @@ async def test_bare_insert_takes_the_handlers_settings_at_claim(
     for task_id in (sql_id[0]["id"], py_id):
         row = status_of(dsn, task_id)
         assert (row["max_retry_count"], row["timeout_seconds"]) == (2, 30)
+
+
+async def test_a_utc_alias_session_is_set_to_plain_utc(dsn: str) -> None:
+    """A server whose TimeZone is 'Etc/UTC' (Debian's and the Docker image's default) gives the
+    worker's connections plain 'UTC': the same zone, which psycopg loads without zoneinfo. A
+    session in another zone is left alone."""
+    seen: dict[str, tuple[str, Any]] = {}
+    app = taskq.App(dsn=dsn)
+
+    @app.task("tz.show", idempotent=True)
+    async def show(ctx: taskq.TaskContext, payload: Any) -> None:
+        zone = await (await ctx.aconn.execute("SHOW TimeZone")).fetchone()
+        now = await (await ctx.aconn.execute("SELECT now()")).fetchone()
+        assert zone is not None and now is not None
+        seen[payload["zone"]] = (zone[0], now[0].tzinfo)
+
+    for zone in ("Etc/UTC", "Europe/Paris"):
+        zoned = make_conninfo(dsn, options=f"-c TimeZone={zone}")
+        async with await psycopg.AsyncConnection.connect(zoned) as conn:
+            await app.enqueue(conn, "tz.show", {"zone": zone}, biz_id=zone)
+        worker = WorkerHandle(
+            taskq.Worker(app, dsn=zoned, settings=taskq.WorkerSettings(poll_interval_seconds=0.5))
+        )
+        await worker.start()
+        try:
+            await wait_until(lambda z=zone: z in seen)
+        finally:
+            await worker.stop()
+    assert seen["Etc/UTC"] == ("UTC", dt.UTC)
+    assert seen["Europe/Paris"][0] == "Europe/Paris"
+    assert seen["Europe/Paris"][1] == zoneinfo.ZoneInfo("Europe/Paris")
