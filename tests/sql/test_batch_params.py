@@ -1,5 +1,5 @@
-"""The hot path's batch parameters: ids and tokens travel as one array literal each (``Ids``,
-``Tokens``), and must mean exactly what a list would."""
+"""The hot path's array parameters (taskq/db/store/arrays.py) travel as one array literal each
+and must mean exactly what a list would."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from taskq.db.store._base import Ids, Tokens
+from taskq.db.store.arrays import BigintArray, TextArray, UuidArray
 
 
 def test_ids_and_tokens_arrive_as_the_lists_they_wrap(conn: psycopg.Connection[Any]) -> None:
@@ -20,8 +20,8 @@ def test_ids_and_tokens_arrive_as_the_lists_they_wrap(conn: psycopg.Connection[A
             " %(ids)s::bigint[] = %(plain_ids)s::bigint[],"
             " %(tokens)s::uuid[] = %(plain_tokens)s::uuid[]",
             {
-                "ids": Ids(ids),
-                "tokens": Tokens(tokens),
+                "ids": BigintArray(ids),
+                "tokens": UuidArray(tokens),
                 "plain_ids": ids,
                 "plain_tokens": tokens,
             },
@@ -34,6 +34,19 @@ def test_empty_batches_are_empty_arrays(conn: psycopg.Connection[Any]) -> None:
     got = conn.execute(
         "SELECT cardinality(%(ids)s::bigint[]), cardinality(%(tokens)s::uuid[]),"
         " (SELECT count(*) FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]))",
-        {"ids": Ids(), "tokens": Tokens()},
+        {"ids": BigintArray(), "tokens": UuidArray()},
     ).fetchone()
     assert got == (0, 0, 0)
+
+
+def test_text_arrays_keep_any_text(conn: psycopg.Connection[Any]) -> None:
+    """Task types are producer-controlled: quotes, backslashes, commas, braces, blanks, the word
+    NULL and non-ASCII text all arrive as written."""
+    names = ['a"b', "c\\d", "e,f", "{g}", "h i", "NULL", "null", "", "ü", "\\", '"']
+    for prepare in (False, True):
+        got = conn.execute(
+            "SELECT %(names)s::text[], %(names)s::text[] = %(plain)s::text[]",
+            {"names": TextArray(names), "plain": names},
+            prepare=prepare,
+        ).fetchone()
+        assert got == (names, True)

@@ -11,6 +11,7 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import JsonbLoader
 
 from taskq.db.sqlfiles import query
+from taskq.db.store.arrays import BigintArray, TextArray
 from taskq.model import Claimed, ClaimedTask, TaskOptions
 
 _DECODE = json.JSONDecoder().decode
@@ -47,9 +48,9 @@ async def claim_batch(
             query("claim_batch"),
             {
                 "queue": queue,
-                "task_types": [h.task_type for h in handlers],
-                "max_retry_counts": [h.max_retry_count for h in handlers],
-                "timeouts": [h.timeout_seconds for h in handlers],
+                "task_types": TextArray(h.task_type for h in handlers),
+                "max_retry_counts": BigintArray(h.max_retry_count for h in handlers),
+                "timeouts": BigintArray(h.timeout_seconds for h in handlers),
                 "limit": limit,
                 "worker_id": worker_id,
                 "retries_only": retries_only,

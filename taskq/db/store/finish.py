@@ -14,12 +14,11 @@ import psycopg
 
 from taskq.db.sqlfiles import query
 from taskq.db.store._base import (
-    Ids,
     Row,
-    Tokens,
     _async_cursor,
     _sync_cursor,
 )
+from taskq.db.store.arrays import BigintArray, UuidArray
 from taskq.errors import LeaseLost
 from taskq.model import ClaimedTask, Finished, Status
 from taskq.settings import CRASH_LIMIT
@@ -28,7 +27,7 @@ from taskq.settings import CRASH_LIMIT
 def _success_params(
     ids: Sequence[int], tokens: Sequence[uuid.UUID], outcome: str
 ) -> dict[str, Any]:
-    return {"ids": Ids(ids), "tokens": Tokens(tokens), "outcome": outcome}
+    return {"ids": BigintArray(ids), "tokens": UuidArray(tokens), "outcome": outcome}
 
 
 async def mark_success_many(
@@ -81,8 +80,8 @@ async def mark_failed_many(
         await cur.execute(
             query("mark_failed_many"),
             {
-                "ids": Ids(ids),
-                "tokens": Tokens(tokens),
+                "ids": BigintArray(ids),
+                "tokens": UuidArray(tokens),
                 "errors": list(errors),
                 "afters": list(after_seconds),
                 "delays": list(delay_seconds),
@@ -104,7 +103,7 @@ async def mark_dead_many(
     async with _async_cursor(conn) as cur:
         await cur.execute(
             query("mark_dead_many"),
-            {"ids": Ids(ids), "tokens": Tokens(tokens), "errors": list(errors)},
+            {"ids": BigintArray(ids), "tokens": UuidArray(tokens), "errors": list(errors)},
         )
         return _finished(await cur.fetchall())
 
@@ -114,7 +113,9 @@ async def mark_cancelled_many(
 ) -> dict[int, Finished]:
     """PROCESSING -> CANCELLED for a batch of attempts that were asked to abort."""
     async with _async_cursor(conn) as cur:
-        await cur.execute(query("mark_cancelled_many"), {"ids": Ids(ids), "tokens": Tokens(tokens)})
+        await cur.execute(
+            query("mark_cancelled_many"), {"ids": BigintArray(ids), "tokens": UuidArray(tokens)}
+        )
         return _finished(await cur.fetchall())
 
 
@@ -122,7 +123,9 @@ async def release_many(
     conn: psycopg.AsyncConnection[Any], ids: Sequence[int], tokens: Sequence[uuid.UUID]
 ) -> list[int]:
     async with _async_cursor(conn) as cur:
-        await cur.execute(query("release_many"), {"ids": Ids(ids), "tokens": Tokens(tokens)})
+        await cur.execute(
+            query("release_many"), {"ids": BigintArray(ids), "tokens": UuidArray(tokens)}
+        )
         return [int(r["id"]) for r in await cur.fetchall()]
 
 

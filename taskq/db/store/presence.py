@@ -10,11 +10,10 @@ import psycopg
 
 from taskq.db.sqlfiles import query
 from taskq.db.store._base import (
-    Ids,
     Row,
-    Tokens,
     _sync_cursor,
 )
+from taskq.db.store.arrays import BigintArray, UuidArray
 
 
 def worker_heartbeat(
@@ -41,8 +40,8 @@ def worker_heartbeat(
                 "queues": queues_json,
                 "version": version,
                 "lease_seconds": lease_seconds,
-                "ids": Ids(h[0] for h in held),
-                "tokens": Tokens(h[1] for h in held),
+                "ids": BigintArray(h[0] for h in held),
+                "tokens": UuidArray(h[1] for h in held),
                 "stopped": claiming_stopped,
             },
         )
