@@ -1,14 +1,17 @@
-"""A/B of two worker settings, alternated in one run: ``python bench/ab.py A_ENV B_ENV``.
+"""A/B of two worker settings, alternated in one run: ``python bench/ab.py A B``.
 
 Each side is an environment assignment for the worker processes (``TASKQ_EVENT_LOOP=asyncio``,
-``X=1``...); the drains alternate A, B, A, B... so that the machine's drift hits both. Prints
-each drain and the medians.
+``X=1``...), or ``rev:REV``: workers of the committed revision REV (``git archive``, put first
+on their ``PYTHONPATH``; ``rev:HEAD~1 X=1`` compares the last commit with the working tree).
+The drains alternate A, B, A, B... so that the machine's drift hits both. Prints each drain and
+the medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -20,12 +23,20 @@ if __package__ in (None, ""):
 from rich.console import Console
 
 from bench import scenarios
-from bench.harness import DEFAULT_DSN, Databases, worker_supports_processes
+from bench.harness import DEFAULT_DSN, Databases, extract_snapshot, worker_supports_processes
 from bench.scenarios import Context
 from taskq.db.migrate import upgrade
 
 
-def _env(text: str) -> dict[str, str]:
+def _env(text: str, scratch: Path) -> dict[str, str]:
+    if text.startswith("rev:"):
+        folder = scratch / f"side-{len(list(scratch.iterdir()))}"
+        folder.mkdir()
+        try:
+            extract_snapshot(text[4:], folder)
+        except SystemExit as exc:
+            raise SystemExit(f"ab.py: {exc}") from None
+        return {"PYTHONPATH": str(folder)}
     name, sep, value = text.partition("=")
     if not sep or not name:
         raise SystemExit(f"ab.py: expected NAME=VALUE, got {text!r}")
@@ -42,7 +53,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dsn", default=DEFAULT_DSN)
     args = parser.parse_args()
-    sides = {side: _env(side) for side in (args.a, args.b)}
+    scratch = Path(tempfile.mkdtemp(prefix="taskq-ab-revs-"))
+    try:
+        sides = {side: _env(side, scratch) for side in (args.a, args.b)}
+    except SystemExit:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     dbs = Databases(args.dsn)
     results: dict[str, list[tuple[float, float, float]]] = {args.a: [], args.b: []}
     try:
@@ -77,6 +93,7 @@ def main() -> int:
                 )
     finally:
         dbs.drop_all()
+        shutil.rmtree(scratch, ignore_errors=True)
     for side, runs in results.items():
         med = [statistics.median(r[i] for r in runs) for i in range(3)]
         print(f"median {side:25} {med[0]:9,.0f}/s  worker {med[1]:5.1f} us  db {med[2]:5.1f} us")

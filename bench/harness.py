@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import math
 import os
 import secrets
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -228,6 +230,26 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     # start_new_session=True: the child leads its own group, whose id is its pid.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
+
+
+def extract_snapshot(rev: str, into: Path) -> str:
+    """``git archive REV`` extracted into ``into``; the short commit id. A worker started with
+    ``PYTHONPATH=into`` imports that revision's taskq, and with it its SQL. SystemExit (one
+    line) when REV names no commit."""
+    found = subprocess.run(
+        ["git", "rev-parse", "--short", f"{rev}^{{commit}}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    if found.returncode != 0:
+        raise SystemExit(f"no commit {rev!r}: {found.stderr.strip()}")
+    commit = found.stdout.strip()
+    archive = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True)
+    archive.check_returncode()
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return commit
 
 
 _TICK = os.sysconf("SC_CLK_TCK")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import io
 import json
 import os
 import platform
@@ -22,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import traceback
@@ -46,6 +44,7 @@ from bench.harness import (
     Measurement,
     Processes,
     Skipped,
+    extract_snapshot,
     server_info,
     worker_supports_processes,
 )
@@ -383,23 +382,13 @@ def run_snapshot(args: argparse.Namespace, argv: list[str]) -> int:
     """Extract ``git archive REV`` into a temporary folder, lay this harness (bench/) over it,
     and run the benchmark from there with that copy first on PYTHONPATH: the workers, the SQL
     and the migrations are all the snapshot's, whatever happens to the working tree meanwhile."""
-    rev = args.snapshot
-    found = subprocess.run(
-        ["git", "rev-parse", "--short", f"{rev}^{{commit}}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    if found.returncode != 0:
-        print(f"--snapshot: no commit {rev!r}: {found.stderr.strip()}", file=sys.stderr)
-        return 2
-    commit = found.stdout.strip()
-    snap = Path(tempfile.mkdtemp(prefix=f"taskq-bench-{commit}-"))
+    snap = Path(tempfile.mkdtemp(prefix="taskq-bench-snapshot-"))
     try:
-        archive = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True)
-        archive.check_returncode()
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(snap, filter="data")
+        try:
+            commit = extract_snapshot(args.snapshot, snap)
+        except SystemExit as exc:
+            print(f"--snapshot: {exc}", file=sys.stderr)
+            return 2
         (snap / "bench").mkdir(exist_ok=True)
         for path in (REPO / "bench").iterdir():
             if path.is_file() and path.suffix in (".py", ".md"):
