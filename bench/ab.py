@@ -1,8 +1,10 @@
 """A/B of two worker settings, alternated in one run: ``python bench/ab.py A B``.
 
 Each side is an environment assignment for the worker processes (``TASKQ_EVENT_LOOP=asyncio``,
-``X=1``...), or ``rev:REV``: workers of the committed revision REV (``git archive``, put first
-on their ``PYTHONPATH``; ``rev:HEAD~1 X=1`` compares the last commit with the working tree).
+``X=1``...); or ``rev:REV``: workers of the committed revision REV (``git archive``, put first
+on their ``PYTHONPATH``; ``rev:HEAD~1 X=1`` compares the last commit with the working tree); or
+``sql:STATEMENT``: a statement run on the benchmark's database before each of that side's
+drains (``"sql:ALTER TABLE taskq.tasks SET (fillfactor = 100)"``), for schema experiments.
 The drains alternate A, B, A, B... so that the machine's drift hits both. Prints each drain and
 the medians.
 """
@@ -23,12 +25,20 @@ if __package__ in (None, ""):
 from rich.console import Console
 
 from bench import scenarios
-from bench.harness import DEFAULT_DSN, Databases, extract_snapshot, worker_supports_processes
+from bench.harness import (
+    DEFAULT_DSN,
+    Databases,
+    connect,
+    extract_snapshot,
+    worker_supports_processes,
+)
 from bench.scenarios import Context
 from taskq.db.migrate import upgrade
 
 
 def _env(text: str, scratch: Path) -> dict[str, str]:
+    if text.startswith("sql:"):
+        return {}
     if text.startswith("rev:"):
         folder = scratch / f"side-{len(list(scratch.iterdir()))}"
         folder.mkdir()
@@ -73,6 +83,9 @@ def main() -> int:
         )
         for _ in range(args.rounds):
             for side in (args.a, args.b):
+                if side.startswith("sql:"):
+                    with connect(dsn) as conn:
+                        conn.execute(side[4:])
                 saved = dict(os.environ)
                 os.environ.update(sides[side])
                 try:
@@ -87,9 +100,10 @@ def main() -> int:
                 db = t.db_cpu_us_per_task or 0.0
                 results[side].append((rate, worker, db))
                 xacts = t.db_per_task.get("db_xacts_per_task", 0.0)
+                wal = t.db_per_task.get("db_wal_bytes_per_task", 0.0)
                 print(
                     f"{side:32} {rate:9,.0f}/s  worker {worker:5.1f} us  db {db:5.1f} us"
-                    f"  transactions/task {xacts:.3f}"
+                    f"  transactions/task {xacts:.3f}  WAL/task {wal:,.0f} B"
                 )
     finally:
         dbs.drop_all()

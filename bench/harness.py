@@ -317,12 +317,15 @@ def db_counters(conn: psycopg.Connection[Any]) -> dict[str, int]:
     theirs at least once a second and when they exit, so read them after the workers stop."""
     conn.execute("SELECT pg_stat_force_next_flush()")  # this session's own writes count now
     conn.execute("SELECT pg_stat_clear_snapshot()")
+    # WAL is the server's (every database's): on the benchmark's own server, the run's.
     row = conn.execute(
-        "SELECT xact_commit + xact_rollback, tup_inserted, tup_updated, tup_deleted"
+        "SELECT xact_commit + xact_rollback, tup_inserted, tup_updated, tup_deleted,"
+        " pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')"
         " FROM pg_stat_database WHERE datname = current_database()"
     ).fetchone()
     assert row is not None
-    return dict(zip(("xacts", "inserted", "updated", "deleted"), map(int, row), strict=True))
+    names = ("xacts", "inserted", "updated", "deleted", "wal_bytes")
+    return dict(zip(names, map(int, row), strict=True))
 
 
 def per_task(before: dict[str, int], after: dict[str, int], tasks: int) -> dict[str, float]:
