@@ -36,21 +36,21 @@ from bench.scenarios import Context
 from taskq.db.migrate import upgrade
 
 
-def _env(text: str, scratch: Path) -> dict[str, str]:
+def _side(text: str, scratch: Path) -> tuple[dict[str, str], str | None]:
+    """A side's environment for the workers, and its statement to run before each drain."""
     if text.startswith("sql:"):
-        return {}
+        return {}, text[4:]
     if text.startswith("rev:"):
-        folder = scratch / f"side-{len(list(scratch.iterdir()))}"
-        folder.mkdir()
+        folder = Path(tempfile.mkdtemp(dir=scratch))
         try:
             extract_snapshot(text[4:], folder)
         except SystemExit as exc:
             raise SystemExit(f"ab.py: {exc}") from None
-        return {"PYTHONPATH": str(folder)}
+        return {"PYTHONPATH": str(folder)}, None
     name, sep, value = text.partition("=")
     if not sep or not name:
         raise SystemExit(f"ab.py: expected NAME=VALUE, got {text!r}")
-    return {name: value}
+    return {name: value}, None
 
 
 def main() -> int:
@@ -65,7 +65,7 @@ def main() -> int:
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="taskq-ab-revs-"))
     try:
-        sides = {side: _env(side, scratch) for side in (args.a, args.b)}
+        sides = {side: _side(side, scratch) for side in (args.a, args.b)}
     except SystemExit:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
@@ -83,11 +83,12 @@ def main() -> int:
         )
         for _ in range(args.rounds):
             for side in (args.a, args.b):
-                if side.startswith("sql:"):
+                env, statement = sides[side]
+                if statement is not None:
                     with connect(dsn) as conn:
-                        conn.execute(side[4:])
+                        conn.execute(statement)
                 saved = dict(os.environ)
-                os.environ.update(sides[side])
+                os.environ.update(env)
                 try:
                     t = scenarios.drain(
                         ctx, tasks=args.tasks, processes=args.processes, slots=args.slots

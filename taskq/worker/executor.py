@@ -66,7 +66,6 @@ class Executor:
         self._worker_id = worker_id
         self._threads = threads
         self._progress_interval = progress_interval_seconds
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._abandoned: set[asyncio.Future[Any]] = set()
         self._deadlines = Deadlines()
 
@@ -84,9 +83,7 @@ class Executor:
         was lost). Returns when the slot is free again. Cancellation (a forced shutdown, a
         lost lease) propagates without a report."""
         handler = self._app.tasks[task.task_type]
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        loop = self._loop
+        loop = self._deadlines.loop()
 
         def make_reporter() -> ProgressReporter:
             """Built on the first ctx.progress() only: most handlers never report progress."""
@@ -219,7 +216,7 @@ class Executor:
         started: float,
         report: Callable[[Outcome], None],
     ) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._deadlines.loop()
         ran = threading.Event()  # set in the thread once the handler is about to run
 
         def flush_from_thread() -> None:
@@ -351,7 +348,7 @@ class Deadline:
 
     def expire_soon(self) -> None:
         """Due at once: cancelled on the next turn of the loop (``reschedule(0)``)."""
-        asyncio.get_running_loop().call_soon(self.expire)
+        self._owner.loop().call_soon(self.expire)
 
     def expired(self) -> bool:
         return self._state in (Deadline._EXPIRING, Deadline._EXPIRED)
@@ -374,8 +371,9 @@ class Deadlines:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def loop(self) -> asyncio.AbstractEventLoop:
-        """The running loop, looked up once: ``asyncio.get_running_loop()`` is a ``getpid()``
-        system call each time (3% of a drain worker's CPU when called twice per attempt)."""
+        """The running loop, looked up once for the executor and its deadlines:
+        ``asyncio.get_running_loop()`` is a ``getpid()`` system call each time (3% of a drain
+        worker's CPU when called twice per attempt)."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         return self._loop
