@@ -174,6 +174,18 @@ class WorkerProcess:
         )
         assert self.proc.poll() is None, self.log_path.read_text()
 
+    def wait_event(self, name: str, timeout: float = 30) -> None:
+        """Wait until the worker logged an event of this name (``worker_ready``: it claims and
+        hears wake-ups; everything before it may still exit on a database that went away)."""
+        wait_until_sync(
+            lambda: (
+                self.proc.poll() is not None or any(e.get("event") == name for e in self.events())
+            ),
+            timeout=timeout,
+            what=name,
+        )
+        assert self.proc.poll() is None, self.log_path.read_text()
+
     def signal(self, sig: int) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, sig)

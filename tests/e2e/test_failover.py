@@ -87,6 +87,10 @@ def run_failover(tmp_path: Path, *, synchronous: bool, lag_seconds: float) -> di
             WorkerProcess(multi, "tests.apps.failover:app", *FAST, log_dir=tmp_path / "logs")
             for _ in range(2)
         ]
+        # A worker still starting when the primary crashes exits (it never reached a writable
+        # database): the crash must find both running.
+        for w in workers:
+            w.wait_event("worker_ready")
         producer = Producer(multi)
         thread = threading.Thread(target=producer.run, daemon=True)
         thread.start()

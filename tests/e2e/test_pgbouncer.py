@@ -190,17 +190,6 @@ def all_done(dsn: str, total: int) -> bool:
     return int(done[0]["n"]) >= total
 
 
-def wait_event(worker: WorkerProcess, name: str, timeout: float = 30) -> None:
-    wait_until_sync(
-        lambda: (
-            worker.proc.poll() is not None or any(e.get("event") == name for e in worker.events())
-        ),
-        timeout=timeout,
-        what=name,
-    )
-    assert worker.proc.poll() is None, worker.log_path.read_text()
-
-
 def no_session_errors(worker: WorkerProcess) -> None:
     text = worker.log_path.read_text()
     for symptom in ("prepared statement", "DuplicatePreparedStatement", "InvalidSqlStatementName"):
@@ -259,7 +248,7 @@ def test_worker_through_pgbouncer_listens_directly(
         bouncer.dsn, "tests.apps.deploy:app", *FAST, "--pgbouncer", "--listen-dsn", dsn,
         "--poll-interval", "60", log_dir=tmp_path,
     )  # fmt: skip
-    wait_event(worker, "worker_ready")
+    worker.wait_event("worker_ready")
     enqueue_workload(bouncer.dsn, n=n)
 
     stop = threading.Event()
@@ -290,7 +279,7 @@ def test_worker_through_pgbouncer_without_listen_polls(
         bouncer.dsn, "tests.apps.deploy:app", *FAST, "--pgbouncer", "--no-listen",
         "--poll-interval", "0.2", log_dir=tmp_path,
     )  # fmt: skip
-    wait_event(worker, "worker_ready")
+    worker.wait_event("worker_ready")
     enqueue_workload(bouncer.dsn, n=n)
     wait_until_sync(lambda: all_done(dsn, n + n // 10), timeout=60, what="the workload drained")
     check_drained(dsn, n=n)
