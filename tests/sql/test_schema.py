@@ -182,6 +182,69 @@ def test_constraints_reject_bad_rows(
         )
 
 
+@pytest.mark.parametrize("column", ["task_type", "queue"])
+def test_an_update_that_sets_a_bad_name_is_refused_as_the_constraint(
+    conn: psycopg.Connection[Any], column: str
+) -> None:
+    """The name rules run on an UPDATE that sets a name (a requeue to another queue, an
+    operator's fix-up), and the error is the constraint's: SQLSTATE 23514 with its name, the
+    producer's value kept out of the message."""
+    [(task_id,)] = conn.execute(
+        "INSERT INTO taskq.tasks (task_type, queue) VALUES ('ok', 'default') RETURNING id"
+    ).fetchall()
+    with pytest.raises(psycopg.errors.CheckViolation) as caught:
+        conn.execute(
+            f"UPDATE taskq.tasks SET {column} = %s WHERE id = %s",  # type: ignore[arg-type]
+            ("bad\x1b[31m", task_id),
+        )
+    assert caught.value.diag.constraint_name == f"tasks_{column}_check"
+    assert "\x1b" not in str(caught.value)
+
+
+def test_a_bare_insert_routed_to_its_queue_passes_the_name_rules(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The name trigger fires after the routing trigger (BEFORE triggers fire in name order):
+    a bare INSERT that leaves queue NULL is checked with the queue routing filled in."""
+    [(queue,)] = conn.execute(
+        "INSERT INTO taskq.tasks (task_type) VALUES ('ok') RETURNING queue"
+    ).fetchall()
+    assert queue == "default"
+
+
+def test_claims_and_completions_do_not_evaluate_the_name_rules(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """A CHECK constraint runs on every UPDATE, whatever it sets; the name rules (a regular
+    expression per name) cost 7-9 % of the database's CPU per task that way (sql/ddl/0021). So
+    no CHECK on taskq.tasks reads task_type or queue, and the rules run from triggers that
+    fire only on INSERT and on an UPDATE that sets one of them."""
+    checks = conn.execute(
+        "SELECT conname FROM pg_constraint WHERE conrelid = 'taskq.tasks'::regclass"
+        " AND contype = 'c' AND conkey && ARRAY(SELECT attnum FROM pg_attribute"
+        " WHERE attrelid = 'taskq.tasks'::regclass AND attname IN ('task_type', 'queue'))"
+    ).fetchall()
+    assert checks == []
+    triggers = conn.execute(
+        "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger"
+        " WHERE tgrelid = 'taskq.tasks'::regclass AND tgname LIKE 'tasks_valid_names%%'"
+        " ORDER BY tgname"
+    ).fetchall()
+    assert [(name, "FOR EACH ROW WHEN" in text) for name, text in triggers] == [
+        ("tasks_valid_names_insert", True),
+        ("tasks_valid_names_update", True),
+    ]
+    assert "BEFORE INSERT ON" in triggers[0][1]
+    assert "AFTER UPDATE OF task_type, queue ON" in triggers[1][1]
+    # A BEFORE UPDATE row trigger, whatever its columns, locks each updated row first: one
+    # more WAL record per claim and per completion.
+    [(before_update,)] = conn.execute(
+        "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'taskq.tasks'::regclass"
+        " AND NOT tgisinternal AND tgtype & (1 << 1) <> 0 AND tgtype & (1 << 4) <> 0"
+    ).fetchall()
+    assert before_update == 0
+
+
 def test_sql_enqueue_function_with_named_arguments(conn: psycopg.Connection[Any]) -> None:
     row = conn.execute(
         "SELECT taskq.enqueue('sms.notify', '{\"to\": \"+49\"}', biz_id => 'order-42',"
