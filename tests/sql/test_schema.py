@@ -201,6 +201,29 @@ def test_an_update_that_sets_a_bad_name_is_refused_as_the_constraint(
     assert "\x1b" not in str(caught.value)
 
 
+NAMES = ["ok", "a.b-c_d:e/f", "x" * 200, "", "x" * 201, " q", "q ", "a\nb", "tab\there", "é"]
+
+
+def test_the_insert_trigger_and_the_rule_function_agree(conn: psycopg.Connection[Any]) -> None:
+    """The INSERT trigger writes the rule out (a SQL function in its WHEN is re-parsed on every
+    statement); taskq.valid_name_v1 is the same rule for the UPDATE trigger and the error."""
+    for name in NAMES:
+        [(valid,)] = conn.execute("SELECT taskq.valid_name_v1(%s)", (name,)).fetchall()
+        for column in ("task_type", "queue"):
+            values = {"task_type": "ok", "queue": "default", column: name}
+            try:
+                with conn.transaction():
+                    conn.execute(
+                        "INSERT INTO taskq.tasks (task_type, queue) VALUES (%s, %s)",
+                        (values["task_type"], values["queue"]),
+                    )
+                accepted = True
+            except psycopg.errors.CheckViolation as exc:
+                assert exc.diag.constraint_name == f"tasks_{column}_check"
+                accepted = False
+            assert accepted == valid, (column, name)
+
+
 def test_a_bare_insert_routed_to_its_queue_passes_the_name_rules(
     conn: psycopg.Connection[Any],
 ) -> None:
