@@ -62,7 +62,7 @@ CORE = [
     "failure-storm",
     "ceiling",
 ]
-OPT_IN = ["pgbench", "peer", "profile"]
+OPT_IN = ["pgbench", "peer", "versus", "profile"]
 
 Scenario = Callable[[Context], list[Measurement]]
 
@@ -94,6 +94,11 @@ def build_scenarios(args: argparse.Namespace, dbs: Databases) -> dict[str, Scena
             sizes=ctx.sizes,
         )
 
+    def versus(ctx: Context) -> list[Measurement]:
+        from bench.versus import run_versus
+
+        return run_versus(ctx, dbs.create, rounds=ctx.repeat)
+
     def profile(ctx: Context) -> list[Measurement]:
         from bench.profile import profile_drain
 
@@ -112,6 +117,7 @@ def build_scenarios(args: argparse.Namespace, dbs: Databases) -> dict[str, Scena
         "ceiling": run_ceiling,
         "pgbench": pgbench,
         "peer": peer,
+        "versus": versus,
         "profile": profile,
     }
 
@@ -123,7 +129,7 @@ def selected(args: argparse.Namespace) -> list[str]:
     if args.pgbench:
         chosen.append("pgbench")
     if args.peer:
-        chosen.append("peer")
+        chosen += ["peer", "versus"]
     if args.py_spy:
         chosen.append("profile")
     return chosen
@@ -338,7 +344,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--peer",
         action="store_true",
-        help=f"also run PgQueuer (installs it in {peer_pgqueuer.PEER_VENV})",
+        help=f"also run PgQueuer (installs it in {peer_pgqueuer.PEER_VENV}): its own "
+        "scenarios, then its drains and taskq's alternated pair by pair (versus)",
     )
     parser.add_argument("--pgbench", action="store_true", help="also run the pgbench reference")
     parser.add_argument(
