@@ -23,6 +23,11 @@ class ProtectionSettings:
     breaker_failure_rate: float = 0.5
     breaker_min_volume: int = 20
     probe_timeout_seconds: float = 300.0
+    empty_probe_wait_seconds: float = 5.0
+    """After a probe of a HALF_OPEN type found no task of that type, no worker looks for one
+    again for this long: each look reads the queue's runnable rows of every type until one of
+    that type turns up (the claim index is by queue), so a type with nothing to run beside a
+    long backlog of other types would cost every claim round that whole backlog."""
     level_thresholds: tuple[int, int, int, int] = (2, 3, 4, 6)
     """How many task types with a non-closed breaker raise the level to L1, L2, L3, L4."""
     calm_seconds: float = 60.0

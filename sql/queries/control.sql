@@ -83,11 +83,19 @@ WITH rates AS (
 SELECT opened.task_type FROM opened, (SELECT count(*) FROM told) AS t;
 
 -- name: breaker_take_probe
--- One worker wins the single probe of a HALF_OPEN type (a stuck probe is taken over).
+-- One worker wins the single probe of a HALF_OPEN type (a stuck probe is taken over). Not
+-- within %(empty_wait)s seconds of a probe that found no task (probed_empty_at, since the
+-- breaker last changed state): looking for a probe reads the queue's runnable rows of every
+-- type until one of this type turns up (the claim index is by queue, not by type), so a type
+-- with nothing to run, in a queue with a long backlog of other types, made every claim round of
+-- every worker read that whole backlog. Now the cluster looks at most once per wait.
 UPDATE taskq.breakers
 SET probe_worker = %(worker_id)s, probe_at = now()
 WHERE task_type = %(task_type)s AND state = 'HALF_OPEN'
   AND (probe_at IS NULL OR probe_at + make_interval(secs => %(probe_timeout)s::float8) <= now())
+  AND (probed_empty_at IS NULL
+       OR probed_empty_at < changed_at
+       OR probed_empty_at + make_interval(secs => %(empty_wait)s::float8) <= now())
 RETURNING task_type;
 
 -- name: breaker_give_back_probe

@@ -66,6 +66,7 @@ class Claimer(Service):
         control: ControlWatcher,
         metrics: Metrics,
         probe_timeout_seconds: float = 300.0,
+        empty_probe_wait_seconds: float = 5.0,
         memory_ok: Callable[[], bool] | None = None,
         room: asyncio.Event | None = None,
         on_lease_lost: Callable[..., None] | None = None,
@@ -86,6 +87,8 @@ class Claimer(Service):
         self._metrics = metrics
         self._running = metrics.running_child(queue)
         self._probe_timeout = probe_timeout_seconds
+        self._empty_probe_wait = empty_probe_wait_seconds
+        self._probe_quiet: dict[str, float] = {}  # type -> monotonic time to try its probe again
         self._room = room
         self._on_lease_lost = on_lease_lost
         self._coalesce = coalesce_seconds
@@ -113,6 +116,7 @@ class Claimer(Service):
         self.idle.set()
         self.memory_blocked = asyncio.Event()  # set each time the memory guard refuses a claim
         self.claims = 0  # claim statements run
+        self.probe_tries = 0  # breaker probes this claimer tried to take
         self.rounds = 0  # claim rounds started (a paused or throttled round runs no statement)
         self._token_due: float | None = None  # monotonic time a rate-limited type gets a token
 
@@ -363,15 +367,21 @@ class Claimer(Service):
         the batch the policy allows."""
         claimed = Claimed()
         limit = policy.limit
+        now = time.monotonic()
         for task_type in policy.probes:
             if limit <= 0:
                 break
+            if self._probe_quiet.get(task_type, 0.0) > now:
+                continue  # lately not ours or found empty: not every round (see _quiet)
+            self.probe_tries += 1
             if not await store.breaker_take_probe(
                 conn,
                 task_type=task_type,
                 worker_id=self._worker_id,
                 probe_timeout=self._probe_timeout,
+                empty_wait=self._empty_probe_wait,
             ):
+                self._quiet(task_type)
                 continue
             probe = await store.claim_batch(
                 conn,
@@ -383,12 +393,14 @@ class Claimer(Service):
             )
             if probe:
                 log.info("breaker_probe_claimed", task_type=task_type, task_id=probe[0].id)
+                self._probe_quiet.pop(task_type, None)
                 claimed += probe
                 limit -= 1
             else:
                 await store.breaker_give_back_probe(
                     conn, task_type=task_type, worker_id=self._worker_id
                 )
+                self._quiet(task_type)
         if policy.handlers and limit > 0:
             batch = await store.claim_batch(
                 conn,
@@ -401,6 +413,13 @@ class Claimer(Service):
             claimed += batch
             claimed.held_for = batch.held_for
         return claimed
+
+    def _quiet(self, task_type: str) -> None:
+        """The probe of ``task_type`` was not ours to take (another worker's, or found empty
+        lately: ``empty_probe_wait_seconds``) or found no task: try it again after a poll
+        interval, not on every claim round (each try is a statement, and a probe that finds
+        nothing has read the queue's whole runnable backlog)."""
+        self._probe_quiet[task_type] = time.monotonic() + jittered(self._poll)
 
     def _reported(self, outcome: Outcome) -> None:
         self._live.pop(outcome.task.id, None)

@@ -408,6 +408,7 @@ class Worker:
                 control=control,
                 metrics=self.metrics,
                 probe_timeout_seconds=settings.protection.probe_timeout_seconds,
+                empty_probe_wait_seconds=settings.protection.empty_probe_wait_seconds,
                 coalesce_seconds=settings.claim_coalesce_seconds,
                 gate=isolator.gate,
             )

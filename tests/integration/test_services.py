@@ -353,6 +353,52 @@ async def test_claimer_run_once_claims_at_most_its_free_slots(
     assert count(dsn, "status = 'PROCESSING'") == 3  # nobody completed them: no completer here
 
 
+async def test_an_idle_half_open_type_is_not_looked_for_on_every_claim_round(
+    dsn: str, pool: AsyncConnectionPool[Any]
+) -> None:
+    """A HALF_OPEN type with no task, beside a backlog of another type in the same queue:
+    looking for its probe reads that whole backlog (the claim index is by queue), so the
+    claimer looks once, gives the probe back, and not again on the following rounds; another
+    worker does not look either, until the empty probe is ``empty_probe_wait`` old."""
+    app = job_app(dsn)
+
+    @app.task("svc.partner")
+    async def partner(ctx: taskq.TaskContext, payload: Any) -> None: ...
+
+    pending(dsn, 40)
+    execute(
+        dsn, "INSERT INTO taskq.breakers (task_type, state) VALUES ('svc.partner', 'HALF_OPEN')"
+    )
+    control = ControlWatcher(pool)
+    await control.run_once()
+    claimer, reported, threads, runtime = await claimer_for(dsn, pool, app, 4, control)
+    other, _, other_threads, other_runtime = await claimer_for(dsn, pool, app, 4, control)
+    try:
+        for _ in range(5):
+            async with asyncio.TaskGroup() as group:
+                assert len(await claimer.run_once(group)) == 4
+        assert claimer.claims == 5 and claimer.probe_tries == 1
+        [b] = rows(dsn, "SELECT probe_worker, probed_empty_at FROM taskq.breakers")
+        assert b["probe_worker"] is None and b["probed_empty_at"] is not None
+        async with asyncio.TaskGroup() as group:  # another worker: refused by the database
+            assert len(await other.run_once(group)) == 4
+        assert other.probe_tries == 1
+        [after] = rows(dsn, "SELECT probed_empty_at FROM taskq.breakers")
+        assert after["probed_empty_at"] == b["probed_empty_at"]  # it did not look
+        pending(dsn, 1, task_type="svc.partner")
+        execute(dsn, "UPDATE taskq.breakers SET probed_empty_at = now() - interval '6 s'")
+        other._probe_quiet.clear()  # its poll interval has passed
+        async with asyncio.TaskGroup() as group:
+            got = await other.run_once(group)
+        assert other.probe_tries == 2
+        assert sorted(t.task_type for t in got) == ["svc.job"] * 3 + ["svc.partner"]
+    finally:
+        for pool_threads, rt in ((threads, runtime), (other_threads, other_runtime)):
+            pool_threads.shutdown()
+            rt.close()
+    assert len(reported) == 20
+
+
 # --- a worker that stopped claiming ------------------------------------------------------------
 
 

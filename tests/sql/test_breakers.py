@@ -265,7 +265,13 @@ async def test_an_idle_half_open_breaker_does_not_hold_the_level(
     for _ in range(3):
         assert await ev.run_once() == Level.NORMAL
     assert breaker(dsn)["state"] == "HALF_OPEN"  # its next task is still a probe
-    # New work: a claimer takes the probe, and until it ends the breaker counts again.
+    # Nobody looks again for a while: each look reads the queue's backlog of other types.
+    assert not await _probe(pool, "w2")
+    rows(
+        dsn,
+        "UPDATE taskq.breakers SET probed_empty_at = now() - interval '6 s' RETURNING 1",
+    )
+    # Then a claimer takes the probe, and until it ends the breaker counts again.
     assert await _probe(pool, "w2")
     assert await ev.run_once() == Level.WARNING
 
@@ -283,12 +289,14 @@ async def test_an_idle_half_open_breaker_counts_again_after_it_reopens(
     ev = evaluator(pool, breaker_cooldown_seconds=30)
     assert await ev.run_once() == Level.WARNING
     assert breaker(dsn)["state"] == "HALF_OPEN"
+    # The empty probe was before the breaker changed: the new HALF_OPEN is probed at once.
+    assert await _probe(pool, "w2")
 
 
-async def _probe(pool: AsyncConnectionPool[Any], worker_id: str) -> bool:
+async def _probe(pool: AsyncConnectionPool[Any], worker_id: str, empty_wait: float = 5) -> bool:
     async with pool.connection() as conn:
         return await store.breaker_take_probe(
-            conn, task_type="job.x", worker_id=worker_id, probe_timeout=300
+            conn, task_type="job.x", worker_id=worker_id, probe_timeout=300, empty_wait=empty_wait
         )
 
 

@@ -114,6 +114,7 @@ PARAMS: dict[str, Any] = {
     "ttl": 30.0,
     "cooldown": 30.0,
     "probe_timeout": 300.0,
+    "empty_wait": 5.0,
     "window": 300.0,
     "rate": 0.5,
     "min_volume": 20,

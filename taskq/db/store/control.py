@@ -69,12 +69,22 @@ async def breaker_trip_by_rate(
 
 
 async def breaker_take_probe(
-    conn: psycopg.AsyncConnection[Any], *, task_type: str, worker_id: str, probe_timeout: float
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    task_type: str,
+    worker_id: str,
+    probe_timeout: float,
+    empty_wait: float,
 ) -> bool:
     found = await _aall(
         conn,
         "breaker_take_probe",
-        {"task_type": task_type, "worker_id": worker_id, "probe_timeout": probe_timeout},
+        {
+            "task_type": task_type,
+            "worker_id": worker_id,
+            "probe_timeout": probe_timeout,
+            "empty_wait": empty_wait,
+        },
     )
     return bool(found)
 
