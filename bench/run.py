@@ -173,12 +173,15 @@ def peer_ratios(results: list[Measurement]) -> list[Measurement]:
     peers = [m for m in results if m.scenario == "peer" and m.value]
     out: list[Measurement] = []
 
-    def add(case: str, ours: float, theirs: float, detail: str) -> None:
+    def add(
+        case: str, ours: float, theirs: float, detail: str, *, lower_is_better: bool = False
+    ) -> None:
+        num, den = (theirs, ours) if lower_is_better else (ours, theirs)
         out.append(
             Measurement(
                 "vs PgQueuer",
                 case,
-                round(ours / theirs, 3) if theirs else None,
+                round(num / den, 3) if den else None,
                 "x",
                 {"taskq": ours, "pgqueuer": theirs},
                 detail,
@@ -207,17 +210,19 @@ def peer_ratios(results: list[Measurement]) -> list[Measurement]:
             if ours_cpu and theirs_cpu:
                 add(
                     f"worker CPU/task, drain {tasks:,}, {procs} proc (theirs / ours)",
-                    theirs_cpu,
                     ours_cpu,
+                    theirs_cpu,
                     f"{ours_cpu:.1f} us (taskq) vs {theirs_cpu:.1f} us",
+                    lower_is_better=True,
                 )
             ours_db, theirs_db = m.details.get("db_cpu_us_per_task"), d.get("db_cpu_us_per_task")
             if ours_db and theirs_db:
                 add(
                     f"db CPU/task, drain {tasks:,}, {procs} proc (theirs / ours)",
-                    theirs_db,
                     ours_db,
+                    theirs_db,
                     f"{ours_db:.1f} us (taskq) vs {theirs_db:.1f} us",
+                    lower_is_better=True,
                 )
     pairs = (
         (

@@ -1,0 +1,42 @@
+"""The benchmark's taskq-against-PgQueuer rows: each ratio reads "above 1 is better for taskq"
+and the JSON keeps each system's own figure under its own name."""
+
+from __future__ import annotations
+
+from bench.harness import Measurement
+from bench.run import peer_ratios
+
+
+def test_peer_ratios_keep_each_systems_figure_under_its_name() -> None:
+    ours = Measurement(
+        "drain",
+        "100,000 tasks, 1 proc x 100 slots",
+        18_000.0,
+        "tasks/s",
+        {
+            "slots": 100,
+            "tasks": 100_000,
+            "processes": 1,
+            "worker_cpu_us_per_task": 30.0,
+            "db_cpu_us_per_task": 40.0,
+        },
+    )
+    theirs = Measurement(
+        "peer",
+        "PgQueuer: drain 100,000, 1 proc, batch 100",
+        20_000.0,
+        "tasks/s",
+        {
+            "tasks": 100_000,
+            "processes": 1,
+            "batch_size": 100,
+            "worker_cpu_us_per_task": 33.0,
+            "db_cpu_us_per_task": 32.0,
+        },
+    )
+    rows = {m.case.split(",")[0]: m for m in peer_ratios([ours, theirs])}
+    assert rows["drain 100"].value == 0.9  # rate: taskq / PgQueuer
+    assert rows["worker CPU/task"].value == 1.1  # CPU: PgQueuer's / taskq's
+    assert rows["db CPU/task"].value == 0.8
+    assert rows["db CPU/task"].details == {"taskq": 40.0, "pgqueuer": 32.0}
+    assert rows["worker CPU/task"].details == {"taskq": 30.0, "pgqueuer": 33.0}
