@@ -85,10 +85,8 @@ SELECT opened.task_type FROM opened, (SELECT count(*) FROM told) AS t;
 -- name: breaker_take_probe
 -- One worker wins the single probe of a HALF_OPEN type (a stuck probe is taken over). Not
 -- within %(empty_wait)s seconds of a probe that found no task (probed_empty_at, since the
--- breaker last changed state): looking for a probe reads the queue's runnable rows of every
--- type until one of this type turns up (the claim index is by queue, not by type), so a type
--- with nothing to run, in a queue with a long backlog of other types, made every claim round of
--- every worker read that whole backlog. Now the cluster looks at most once per wait.
+-- breaker last changed state): each look reads the queue's backlog of other types
+-- (ProtectionSettings.empty_probe_wait_seconds says why).
 UPDATE taskq.breakers
 SET probe_worker = %(worker_id)s, probe_at = now()
 WHERE task_type = %(task_type)s AND state = 'HALF_OPEN'

@@ -293,10 +293,10 @@ async def test_an_idle_half_open_breaker_counts_again_after_it_reopens(
     assert await _probe(pool, "w2")
 
 
-async def _probe(pool: AsyncConnectionPool[Any], worker_id: str, empty_wait: float = 5) -> bool:
+async def _probe(pool: AsyncConnectionPool[Any], worker_id: str) -> bool:
     async with pool.connection() as conn:
         return await store.breaker_take_probe(
-            conn, task_type="job.x", worker_id=worker_id, probe_timeout=300, empty_wait=empty_wait
+            conn, task_type="job.x", worker_id=worker_id, probe_timeout=300, empty_wait=5
         )
 
 
