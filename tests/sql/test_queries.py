@@ -276,10 +276,10 @@ def history(tx: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     return tx
 
 
-def test_the_claim_scans_the_runnable_index(history: psycopg.Connection[Any]) -> None:
+def test_the_claim_scans_the_runnable_index_by_type(history: psycopg.Connection[Any]) -> None:
     # The claim is a function (taskq.claim_batch_v3): read the plans of what it runs inside.
     plans = nested_plans(history, query("claim_batch"), params_for("claim_batch"))
-    assert "tasks_runnable_idx" in json.dumps(plans), plans
+    assert "tasks_runnable_by_type_idx" in json.dumps(plans), plans
 
     def seq_scans_of_tasks(node: dict[str, Any]) -> int:
         here = node.get("Node Type") == "Seq Scan" and node.get("Relation Name") == "tasks"
