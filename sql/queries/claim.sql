@@ -14,6 +14,8 @@
 -- during the claim came back without it).
 -- isolated (taskq.claim_batch_v3, sql/ddl/0017): false claims only rows without isolate; true
 -- claims at most one isolate row, for the worker's isolator, which runs it alone in its process.
+-- Each lane's scan reads the runnable index by type (taskq.claim_scan_v2, sql/ddl/0023): only
+-- the rows of the types in task_types, never those of a paused type or another worker's.
 SELECT c.id, c.task_type, c.queue, c.biz_id, c.payload, c.priority, c.retry_count,
        c.max_retry_count, c.timeout_seconds, c.effective_id, c.trace_id, c.created_at,
        c.scheduled_at, c.started_at, c.context, c.parent_id, c.ordering_key, c.ready_at,

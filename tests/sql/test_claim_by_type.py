@@ -93,26 +93,31 @@ def test_the_breakers_probe_still_takes_the_open_types_rows(
     assert [r[1] for r in rows if r[0] is not None] == ["stuck"]
 
 
+@pytest.mark.parametrize("limit", [5, 8])
 def test_across_types_the_claim_order_holds_and_only_claimed_rows_are_locked(
-    dsn: str,
+    dsn: str, limit: int
 ) -> None:
-    """Two due types interleaved by priority and age: the claim takes the first five in claim
-    order whichever type they are, and a second claimer sees every other row unlocked."""
+    """Two due types interleaved by priority and age: the claim takes the first `limit` in
+    claim order whichever type they are, and a second claimer sees every other row unlocked.
+    Six rows have priority 1: the first eight need 'a''s priority-0 rows too (the scan of a
+    type's lower priorities after its first one)."""
     for i in range(40):
         task_type = "b" if i % 3 == 0 else "a"
         factories.task(dsn, task_type=task_type, age=1000 - i, priority=1 if i % 7 == 0 else 0)
     with psycopg.connect(dsn, autocommit=True) as conn:
         first = conn.execute(
-            "SELECT id, task_type FROM taskq.tasks ORDER BY priority DESC, runnable_at, id LIMIT 5"
+            "SELECT id, task_type FROM taskq.tasks"
+            " ORDER BY priority DESC, runnable_at, id LIMIT %s",
+            (limit,),
         ).fetchall()
-    assert {t for _, t in first} == {"a", "b"}  # the first five mix the two types
+    assert {t for _, t in first} == {"a", "b"}  # the first ones mix the two types
     expected = [i for i, _ in first]
     with psycopg.connect(dsn) as claimer, psycopg.connect(dsn) as other:
-        rows = claimer.execute(query("claim_batch"), _params(["a", "b"], 5)).fetchall()
+        rows = claimer.execute(query("claim_batch"), _params(["a", "b"], limit)).fetchall()
         assert sorted(r[0] for r in rows if r[0] is not None) == sorted(expected)
         unlocked = other.execute(
             "SELECT id FROM taskq.tasks WHERE status = 'PENDING' FOR UPDATE SKIP LOCKED"
         ).fetchall()
-        assert len(unlocked) == 40 - 5
+        assert len(unlocked) == 40 - limit
         other.rollback()
         claimer.rollback()
