@@ -399,6 +399,60 @@ async def test_an_idle_half_open_type_is_not_looked_for_on_every_claim_round(
     assert len(reported) == 20
 
 
+def claim_backends(dsn: str) -> set[int]:
+    """The backends of this test's database whose last statement was a claim."""
+    return {
+        r["pid"]
+        for r in rows(
+            dsn,
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND strpos(query, 'claim_batch_v3') > 0 AND pid <> pg_backend_pid()",
+        )
+    }
+
+
+async def test_the_claimer_keeps_its_connection_from_round_to_round(dsn: str) -> None:
+    """The pool hands its idle connections out in turn, and the first claim on a backend plans
+    every statement of the claim functions: claims stay on one backend. A backend terminated
+    between rounds is noticed before the next round and replaced, without a failed round; the
+    connection goes back to the pool when the claimer stops."""
+    app = job_app(dsn)
+    pending(dsn, 8)
+    async with AsyncConnectionPool(
+        dsn, min_size=3, max_size=4, kwargs={"autocommit": True}
+    ) as pool:
+        await pool.wait()
+        control = ControlWatcher(pool)
+        claimer, reported, threads, runtime = await claimer_for(dsn, pool, app, 1, control)
+        try:
+            for _ in range(4):
+                async with asyncio.TaskGroup() as group:
+                    assert len(await claimer.run_once(group)) == 1
+                async with pool.connection() as other:  # the pool's other users, in between
+                    await other.execute("SELECT 1")
+            [first] = claim_backends(dsn)
+            execute(dsn, f"SELECT pg_terminate_backend({first})")
+            await wait_until(
+                lambda: not rows(dsn, f"SELECT 1 FROM pg_stat_activity WHERE pid = {first}"),
+                what="the claim backend gone",
+            )
+            async with asyncio.TaskGroup() as group:
+                assert len(await claimer.run_once(group)) == 1  # no error: replaced first
+            assert claimer.outage.outages == 0
+            [second] = claim_backends(dsn)
+            assert second != first
+            stopper = asyncio.create_task(claimer.run())
+            await wait_until(lambda: len(reported) == 8, what="the rest claimed and run")
+            claimer.stop()
+            await asyncio.wait_for(stopper, 10)
+            stats = pool.get_stats()
+            assert stats["pool_available"] == stats["pool_size"]  # given back
+            assert claim_backends(dsn) == {second}
+        finally:
+            threads.shutdown()
+            runtime.close()
+
+
 # --- a worker that stopped claiming ------------------------------------------------------------
 
 
