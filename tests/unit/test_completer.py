@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import uuid
@@ -141,3 +142,26 @@ async def test_the_queue_is_bounded_for_claimers(calls: dict[str, list[dict[str,
     completer.put(Outcome.success(task(9), 0.1))  # reports are never refused
     await completer.run_once()
     assert completer.room.is_set() and completer.pending == 0
+
+
+async def test_the_claim_woken_with_the_outcomes_goes_out_before_their_write(
+    calls: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Attempts that finish report their outcomes and free their slots in the same pass of the
+    event loop, so the completer and the claimer wake together. The claimer runs first: the
+    next attempts wait for its claim's round trip, nobody waits for this write's. What it
+    reports meanwhile joins the same batch."""
+    completer = new_completer()
+    writes_before_the_claim: list[int] = []
+    writing = asyncio.ensure_future(completer.run_once())
+    await asyncio.sleep(0)  # the completer now waits for its first outcome
+
+    def claimer_round() -> None:
+        writes_before_the_claim.append(len(calls.get("mark_success_many", [])))
+        completer.put(Outcome.success(task(2), 0.1))
+
+    completer.put(Outcome.success(task(1), 0.1))  # wakes the completer first
+    asyncio.get_running_loop().call_soon(claimer_round)  # woken by the same finish, behind it
+    assert await writing == 2
+    assert writes_before_the_claim == [0]
+    assert calls["mark_success_many"] == [{"ids": [1, 2]}]
