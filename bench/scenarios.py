@@ -261,6 +261,21 @@ def drain_measurement(scenario: str, case: str, timing: DrainTiming, **details: 
 # --- enqueue ----------------------------------------------------------------------------------
 
 
+def enqueue_autocommit_rate(ctx: Context, count: int) -> float:
+    """Tasks/s of ``count`` ``app.enqueue`` calls on an autocommit connection (each INSERT its
+    own transaction, one round trip: how PgQueuer's ``Queries.enqueue`` runs), on an emptied
+    table. ``versus`` alternates it with PgQueuer's."""
+    with db_connect(ctx.dsn) as admin:
+        reset_tasks(admin)
+        settle(admin)
+    with db_connect(ctx.dsn) as auto:
+        t0 = time.perf_counter()
+        for i in range(count):
+            apps.app.enqueue(auto, "bench.noop", payload_200(i))
+        seconds = time.perf_counter() - t0
+    return count / seconds
+
+
 def enqueue_single(ctx: Context) -> list[Measurement]:
     n = 500 if ctx.quick else 5_000
     rounds = 5

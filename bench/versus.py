@@ -7,6 +7,9 @@ two-process drain, the next, of the same code, 0.70x). Here each pair is one tas
 PgQueuer drain of the same backlog and process count, one right after the other, the order
 swapped every round; the ratio reported is the median of the pairs' ratios, and every pair is
 in the JSON. taskq runs one queue of 100 slots per process, PgQueuer ``batch_size=100``.
+
+Single enqueues (one job per transaction, autocommit, 5,000 each) are alternated the same way
+first: fsync-bound, they move with the machine as much as the drains do.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.harness import DrainTiming, Measurement
-from bench.peer_pgqueuer import _drain, _pgq, _startup_cpu, ensure_peer
-from bench.scenarios import Context, drain
+from bench.peer_pgqueuer import _drain, _enqueue, _pgq, _startup_cpu, ensure_peer
+from bench.scenarios import Context, drain, enqueue_autocommit_rate
 
 # (what, taskq's figure, PgQueuer's, whether the ratio is taskq's over PgQueuer's): rates are,
 # CPU per task is PgQueuer's over taskq's, so above 1.00x taskq is better in every row.
@@ -40,12 +43,39 @@ def run_versus(ctx: Context, create_db: Callable[[str], str], rounds: int) -> li
     _pgq("install", dsn=peer_dsn)
     startup = _startup_cpu(peer_dsn, ctx.log_dir)
     sizes = ctx.sizes or ([5_000] if ctx.quick else [20_000, 100_000])
-    out: list[Measurement] = []
+    out = [_enqueue_pairs(ctx, peer_dsn, f"PgQueuer {version}", rounds=rounds)]
     for tasks in sizes:
         for processes in (1, 2):
             pairs = _pairs(ctx, peer_dsn, startup, tasks=tasks, processes=processes, rounds=rounds)
             out.extend(_measurements(f"PgQueuer {version}", tasks, processes, pairs))
     return out
+
+
+def _enqueue_pairs(ctx: Context, peer_dsn: str, label: str, *, rounds: int) -> Measurement:
+    """One job per transaction, taskq's ``app.enqueue`` and PgQueuer's ``Queries.enqueue``
+    alternated; the median of the pairs' ratios."""
+    count = 500 if ctx.quick else 5_000
+    pairs: list[dict[str, float]] = []
+    for r in range(max(1, rounds)):
+        ctx.say(f"versus: enqueue {count:,}, 1 per transaction, pair {r + 1}")
+        if r % 2 == 0:
+            ours = enqueue_autocommit_rate(ctx, count)
+            theirs = _enqueue(peer_dsn, count=count, chunk=1, rounds=1)[0]
+        else:
+            theirs = _enqueue(peer_dsn, count=count, chunk=1, rounds=1)[0]
+            ours = enqueue_autocommit_rate(ctx, count)
+        pairs.append({"taskq_rate": round(ours, 1), "pgqueuer_rate": theirs})
+    ratios = [p["taskq_rate"] / p["pgqueuer_rate"] for p in pairs]
+    each = ", ".join(f"{p['taskq_rate']:,.0f}/{p['pgqueuer_rate']:,.0f}" for p in pairs)
+    return Measurement(
+        "versus",
+        "enqueue, 1 per transaction (autocommit), alternated pairs: rate, taskq / PgQueuer",
+        round(statistics.median(ratios), 3),
+        "x",
+        {"peer": label, "tasks": count, "pairs": pairs},
+        f"median of {len(pairs)} pairs ({', '.join(f'{r:.2f}' for r in ratios)}); "
+        f"taskq/PgQueuer: {each}",
+    )
 
 
 def _pairs(
