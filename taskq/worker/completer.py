@@ -212,17 +212,18 @@ class Completer(Service):
         """Write one batch: what is queued now (waiting for the first item if none is); return
         how many items it held."""
         batch = [await self._queue.get()]
-        # Step aside once before writing: the attempts whose outcomes woke this loop also
-        # freed their slots, and the claimer woken by that is due right behind. Its claim's
-        # round trip is what the next attempts wait for; this write's is not (the slots are
-        # free already). Sent first, the claim overlaps with building and sending this batch
-        # (1 process x 100 slots: +8-14 % drain rate), which also collects what arrives
-        # meanwhile.
-        await asyncio.sleep(0)
-        while len(batch) < MAX_BATCH and not self._queue.empty():
-            batch.append(self._queue.get_nowait())
-        self._writing = len(batch)
+        self._writing = 1
         try:
+            # Step aside once before writing: the attempts whose outcomes woke this loop also
+            # freed their slots, and the claimer woken by that is due right behind. Its claim's
+            # round trip is what the next attempts wait for; this write's is not (the slots
+            # are free already). Sent first, the claim overlaps with building and sending this
+            # batch (1 process x 100 slots: +8-14 % drain rate), which also collects what
+            # arrives meanwhile. Inside the try: an item taken off the queue is always done.
+            await asyncio.sleep(0)
+            while len(batch) < MAX_BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            self._writing = len(batch)
             await self._write_until_done(self._already_written(batch))
         finally:
             self._writing = 0
