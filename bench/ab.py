@@ -6,8 +6,7 @@ on their ``PYTHONPATH``; ``rev:HEAD~1 X=1`` compares the last commit with the wo
 ``sql:STATEMENT``: a statement run on the benchmark's database before each of that side's
 drains (``"sql:ALTER TABLE taskq.tasks SET (fillfactor = 100)"``), for schema experiments.
 The drains alternate A, B, then B, A, and so on, so that the machine's drift hits both and
-neither always runs first. Prints each drain and
-the medians.
+neither always runs first. Prints each drain and the medians.
 """
 
 from __future__ import annotations

@@ -261,19 +261,23 @@ def drain_measurement(scenario: str, case: str, timing: DrainTiming, **details: 
 # --- enqueue ----------------------------------------------------------------------------------
 
 
+def _autocommit_enqueues(auto: psycopg.Connection[Any], start: int, count: int) -> float:
+    """Seconds for ``count`` ``app.enqueue`` calls on an autocommit connection: each INSERT is
+    its own transaction, one round trip (how PgQueuer's ``Queries.enqueue`` runs)."""
+    t0 = time.perf_counter()
+    for i in range(start, start + count):
+        apps.app.enqueue(auto, "bench.noop", payload_200(i))
+    return time.perf_counter() - t0
+
+
 def enqueue_autocommit_rate(ctx: Context, count: int) -> float:
-    """Tasks/s of ``count`` ``app.enqueue`` calls on an autocommit connection (each INSERT its
-    own transaction, one round trip: how PgQueuer's ``Queries.enqueue`` runs), on an emptied
-    table. ``versus`` alternates it with PgQueuer's."""
+    """Tasks/s of ``count`` autocommitted enqueues on an emptied table. ``versus`` alternates
+    it with PgQueuer's."""
     with db_connect(ctx.dsn) as admin:
         reset_tasks(admin)
         settle(admin)
     with db_connect(ctx.dsn) as auto:
-        t0 = time.perf_counter()
-        for i in range(count):
-            apps.app.enqueue(auto, "bench.noop", payload_200(i))
-        seconds = time.perf_counter() - t0
-    return count / seconds
+        return count / _autocommit_enqueues(auto, 0, count)
 
 
 def enqueue_single(ctx: Context) -> list[Measurement]:
@@ -288,11 +292,7 @@ def enqueue_single(ctx: Context) -> list[Measurement]:
     with db_connect(ctx.dsn, autocommit=False) as conn, db_connect(ctx.dsn) as auto:
 
         def via_autocommit(start: int) -> float:
-            # The INSERT is its own transaction: one round trip (how the peer enqueues).
-            t0 = time.perf_counter()
-            for i in range(start, start + per_round):
-                app.enqueue(auto, "bench.noop", payload_200(i))
-            return time.perf_counter() - t0
+            return _autocommit_enqueues(auto, start, per_round)
 
         def via_taskq(start: int) -> float:
             t0 = time.perf_counter()
