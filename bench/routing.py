@@ -1,10 +1,10 @@
-"""What the routing and payload-size triggers (migration 0010) cost per inserted row.
+"""What the BEFORE INSERT row trigger (routing, name rules, payload size) costs per row.
 
-Two fresh databases on the same server: one migrated to 0009, the revision before (no
-registry, queue defaults to 'default'), one to head (type registry, BEFORE INSERT routing and
-payload-size triggers). The same inserts run against both, alternating, several rounds; the
-fastest per-row time of each (noise only ever adds time) is printed with the difference in
-percent, then the routing trigger's share of one bulk INSERT as the server measured it.
+Two fresh databases at head on the same server: one as migrated, one with that trigger
+disabled and queue defaulting to 'default' (what the table would be without it). The same
+inserts run against both, alternating, several rounds; the fastest per-row time of each
+(noise only ever adds time) is printed with the difference in percent, then the trigger's
+share of one bulk INSERT as the server measured it.
 
     python -m bench.routing [--dsn postgresql://root@127.0.0.1:5432/test] [--rounds 7]
 
@@ -12,13 +12,12 @@ Workloads (all into an emptied table, task type registered to queue 'sms' at hea
   sql-single   single-row bare INSERTs naming no queue, one transaction of 2,000
   sql-commit   the same, each autocommitted (what a producer's transaction really pays)
   sql-bulk     one INSERT ... SELECT of 50,000 rows naming no queue
-  py-single    app.enqueue of a registered type (names everything: WHEN skips the trigger)
+  py-single    app.enqueue of a registered type (names everything: no registry look-up)
   py-bulk      app.enqueue_many of 20,000 items of a registered type (COPY)
   loop-named   20,000 single-row INSERTs naming queue and options, in a server-side loop
-               (what the Python API's statement costs the server; WHEN skips the trigger)
+               (what the Python API's statement costs the server; no registry look-up)
   loop-bare    the same naming nothing (enters the routing trigger)
-  py-foreign   app.enqueue of a type the producer does not register (enters the trigger;
-               before 0010 it named queue 'default', as the Python API did then)
+  py-foreign   app.enqueue of a type the producer does not register (the registry look-up)
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from psycopg.conninfo import make_conninfo
 import taskq
 from taskq.db import migrate
 
-BASE = "0008"  # the revision before the routing and payload triggers
+BASE = "no trigger"  # head, with the BEFORE INSERT row trigger disabled
 Workload = Callable[[str], float]  # dsn -> seconds per row
 
 
@@ -113,8 +112,8 @@ def loop_bare(dsn: str) -> float:
 
 def py_single(dsn: str, n: int = 2000, register: bool = True) -> float:
     app = _app(register)
-    # Before 0010 the Python API sent 'default' for a type it does not register.
-    options: dict[str, Any] = {"queue": "default"} if f"_{BASE}_" in dsn else {}
+    # An unregistered type's queue is left NULL for the trigger; without it, name 'default'.
+    options: dict[str, Any] = {"queue": "default"} if "_bare_" in dsn else {}
     with psycopg.connect(dsn) as conn:
         start = time.perf_counter()
         for i in range(n):
@@ -169,18 +168,21 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 
-def _database(admin: str, revision: str) -> tuple[str, str]:
-    name = f"taskq_bench_routing_{revision}_{uuid.uuid4().hex[:6]}"
+def _database(admin: str, trigger: bool) -> tuple[str, str]:
+    name = f"taskq_bench_routing_{'head' if trigger else 'bare'}_{uuid.uuid4().hex[:6]}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = make_conninfo(admin, dbname=name)
-    migrate.upgrade(dsn, revision)
-    if revision == "head":
-        with psycopg.connect(dsn, autocommit=True) as conn:
+    migrate.upgrade(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if trigger:
             conn.execute(
                 "INSERT INTO taskq.task_types (task_type, queue, max_retry_count, "
                 "timeout_seconds) VALUES ('sms.notify', 'sms', 5, 30)"
             )
+        else:
+            conn.execute("ALTER TABLE taskq.tasks DISABLE TRIGGER tasks_prepare_insert")
+            conn.execute("ALTER TABLE taskq.tasks ALTER COLUMN queue SET DEFAULT 'default'")
     return name, dsn
 
 
@@ -190,9 +192,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--only", nargs="*", default=list(WORKLOADS))
     args = parser.parse_args()
-    made = [_database(args.dsn, BASE), _database(args.dsn, "head")]
+    made = [_database(args.dsn, trigger=False), _database(args.dsn, trigger=True)]
     try:
-        print(f"{'workload':<12} {BASE + ' us/row':>12} {'head us/row':>12} {'delta':>8}")
+        print(f"{'workload':<12} {BASE + ' us/row':>18} {'head us/row':>12} {'delta':>8}")
         for label in args.only:
             work = WORKLOADS[label]
             times: dict[str, list[float]] = {BASE: [], "head": []}
@@ -204,7 +206,7 @@ def main() -> None:
             before = min(times[BASE]) * 1e6
             after = min(times["head"]) * 1e6
             delta = 100 * (after / before - 1)
-            print(f"{label:<12} {before:>12.2f} {after:>12.2f} {delta:>+7.1f}%")
+            print(f"{label:<12} {before:>18.2f} {after:>12.2f} {delta:>+7.1f}%")
         _reset(made[1][1])
         print("\nhead, EXPLAIN ANALYZE of a 50,000-row bare INSERT ... SELECT (one run):")
         print(trigger_share(made[1][1]))
