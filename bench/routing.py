@@ -1,10 +1,10 @@
-"""What the BEFORE INSERT row trigger (routing, name rules, payload size) costs per row.
+"""What the insert triggers that route and check a row (routing, payload size, names) cost.
 
-Two fresh databases at head on the same server: one as migrated, one with that trigger
-disabled and queue defaulting to 'default' (what the table would be without it). The same
+Two fresh databases at head on the same server: one as migrated, one with those triggers
+disabled and queue defaulting to 'default' (what the table would be without them). The same
 inserts run against both, alternating, several rounds; the fastest per-row time of each
-(noise only ever adds time) is printed with the difference in percent, then the trigger's
-share of one bulk INSERT as the server measured it.
+(noise only ever adds time) is printed with the difference in percent, then the triggers'
+shares of one bulk INSERT as the server measured them.
 
     python -m bench.routing [--dsn postgresql://root@127.0.0.1:5432/test] [--rounds 7]
 
@@ -12,12 +12,12 @@ Workloads (all into an emptied table, task type registered to queue 'sms' at hea
   sql-single   single-row bare INSERTs naming no queue, one transaction of 2,000
   sql-commit   the same, each autocommitted (what a producer's transaction really pays)
   sql-bulk     one INSERT ... SELECT of 50,000 rows naming no queue
-  py-single    app.enqueue of a registered type (names everything: no registry look-up)
+  py-single    app.enqueue of a registered type (names everything: WHEN skips the routing)
   py-bulk      app.enqueue_many of 20,000 items of a registered type (COPY)
   loop-named   20,000 single-row INSERTs naming queue and options, in a server-side loop
-               (what the Python API's statement costs the server; no registry look-up)
+               (what the Python API's statement costs the server; WHEN skips the routing)
   loop-bare    the same naming nothing (enters the routing trigger)
-  py-foreign   app.enqueue of a type the producer does not register (the registry look-up)
+  py-foreign   app.enqueue of a type the producer does not register (enters the routing trigger)
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from psycopg.conninfo import make_conninfo
 import taskq
 from taskq.db import migrate
 
-BASE = "no trigger"  # head, with the BEFORE INSERT row trigger disabled
+BASE = "no trigger"  # head, with the routing and checking triggers disabled
+CHECKS = ("tasks_route_insert", "tasks_payload_size_insert", "tasks_check_names_insert")
 Workload = Callable[[str], float]  # dsn -> seconds per row
 
 
@@ -137,7 +138,7 @@ def py_foreign(dsn: str) -> float:
 
 
 def trigger_share(dsn: str, n: int = 50_000) -> str:
-    """The routing trigger's own time as a share of the statement's (both measured by the
+    """Each trigger's own time as a share of the statement's (both measured by the
     server in the same run, so machine noise hits both alike)."""
     with psycopg.connect(dsn) as conn:
         plan = conn.execute(
@@ -181,7 +182,12 @@ def _database(admin: str, trigger: bool) -> tuple[str, str]:
                 "timeout_seconds) VALUES ('sms.notify', 'sms', 5, 30)"
             )
         else:
-            conn.execute("ALTER TABLE taskq.tasks DISABLE TRIGGER tasks_prepare_insert")
+            for trigger in CHECKS:
+                conn.execute(
+                    sql.SQL("ALTER TABLE taskq.tasks DISABLE TRIGGER {}").format(
+                        sql.Identifier(trigger)
+                    )
+                )
             conn.execute("ALTER TABLE taskq.tasks ALTER COLUMN queue SET DEFAULT 'default'")
     return name, dsn
 
