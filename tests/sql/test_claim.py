@@ -181,3 +181,27 @@ def test_a_claim_first_planned_on_an_empty_table_keeps_to_the_indexes(dsn: str) 
             " AND NOT coalesce('enable_seqscan=off' = ANY(p.proconfig), false)"
         ).fetchall()
         assert missing == []
+
+
+def test_the_claim_returns_when_each_row_became_runnable(dsn: str) -> None:
+    """ready_at (where the dispatch-latency metric starts) is the row's runnable_at before the
+    claim: scheduled_at for a PENDING row, even one a hand-written UPDATE left a
+    next_retry_time on, and the retry time for a FAILED one. The claim changes the status that
+    runnable_at is generated from, so the value must come from the row as it was
+    (sql/ddl/0028 reads it from the row itself when there is no next_retry_time)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO taskq.tasks (task_type, status, scheduled_at, next_retry_time,"
+            " retry_count) VALUES"
+            " ('t', 'PENDING', now() - interval '10 s', NULL, 0),"
+            " ('t', 'PENDING', now() - interval '20 s', now() - interval '1 h', 0),"
+            " ('t', 'FAILED', now() - interval '1 h', now() - interval '5 s', 1),"
+            " ('t', 'FAILED', now() - interval '30 s', NULL, 1)"
+        )
+        before = dict(conn.execute("SELECT id, runnable_at FROM taskq.tasks").fetchall())
+        assert len(set(before.values())) == 4
+        found = conn.execute(
+            query("claim_batch"), {**PARAMS, "task_types": ["t"]}, prepare=False
+        ).fetchall()
+    claimed = {r[0]: r[17] for r in found if r[0] is not None}
+    assert claimed == before
