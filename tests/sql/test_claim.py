@@ -200,8 +200,7 @@ def test_the_claim_returns_when_each_row_became_runnable(dsn: str) -> None:
         )
         before = dict(conn.execute("SELECT id, runnable_at FROM taskq.tasks").fetchall())
         assert len(set(before.values())) == 4
-        found = conn.execute(
-            query("claim_batch"), {**PARAMS, "task_types": ["t"]}, prepare=False
-        ).fetchall()
-    claimed = {r[0]: r[17] for r in found if r[0] is not None}
+        with conn.cursor(row_factory=dict_row) as cur:
+            found = cur.execute(query("claim_batch"), {**PARAMS, "task_types": ["t"]}).fetchall()
+    claimed = {r["id"]: r["ready_at"] for r in found if r["id"] is not None}
     assert claimed == before
