@@ -54,6 +54,7 @@ from taskq.model import Claimed, ClaimedTask, TaskOptions
 from taskq.outcome import Outcome
 from taskq.service import OUTAGE_ERRORS, Service
 from taskq.worker.executor import Executor
+from taskq.worker.inflight import ClaimsInFlight
 from taskq.worker.metrics import Metrics
 
 log = structlog.get_logger("taskq.worker.claimer")
@@ -82,6 +83,7 @@ class Claimer(Service):
         on_lease_lost: Callable[..., None] | None = None,
         coalesce_seconds: float = 0.005,
         gate: asyncio.Event | None = None,
+        claims_in_flight: ClaimsInFlight | None = None,
     ) -> None:
         super().__init__(queue=queue)
         self.queue = queue
@@ -103,6 +105,8 @@ class Claimer(Service):
         self._room = room
         self._on_lease_lost = on_lease_lost
         self._coalesce = coalesce_seconds
+        # Shared with the completer, which sends its batch once our claim is answered.
+        self._claims_in_flight = ClaimsInFlight() if claims_in_flight is None else claims_in_flight
         self.gate = gate
         """Cleared by the isolator: claim nothing until it is set again."""
         self.round = asyncio.Lock()
@@ -278,7 +282,8 @@ class Claimer(Service):
                 return []  # paused, stopped or throttled: wait for a control change or the poll
             self.claiming = True
             try:
-                claimed = await self._claim(await self._connection(), policy)
+                with self._claims_in_flight.claiming():
+                    claimed = await self._claim(await self._connection(), policy)
             except BaseException:
                 self.claiming = False
                 await self._give_back_connection()

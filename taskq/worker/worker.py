@@ -56,6 +56,7 @@ from taskq.worker.claimer import Claimer
 from taskq.worker.completer import Completer
 from taskq.worker.executor import Executor
 from taskq.worker.heartbeat import Heartbeat
+from taskq.worker.inflight import ClaimsInFlight
 from taskq.worker.isolator import Isolator
 from taskq.worker.leader import Elector
 from taskq.worker.memory import EXIT_MEMORY, MemoryGuard
@@ -329,6 +330,7 @@ class Worker:
             q: ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"taskq-{q}")
             for q, slots in self.queues.items()
         }
+        claims_in_flight = ClaimsInFlight()
         completer = self._completer = Completer(
             pool,
             self.app.options_for,
@@ -340,6 +342,7 @@ class Worker:
             # Outcomes waiting to be written, at most about ten per slot: beyond that the
             # claimers wait (the database is slow to take writes; do not add to its load).
             capacity=COMPLETER_SLOTS_FACTOR * sum(self.queues.values()),
+            claims_in_flight=claims_in_flight,
         )
         # Tasks that ran beside a crash run alone, one at a time (isolator.py): its gate stops
         # every claimer of this process while it empties the process for one.
@@ -411,6 +414,7 @@ class Worker:
                 empty_probe_wait_seconds=settings.protection.empty_probe_wait_seconds,
                 coalesce_seconds=settings.claim_coalesce_seconds,
                 gate=isolator.gate,
+                claims_in_flight=claims_in_flight,
             )
         isolator.claimers = self.claimers
         notifier = self.notifier = (

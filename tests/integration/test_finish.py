@@ -247,6 +247,29 @@ async def test_a_shutdown_release_wakes_another_worker_at_once(
     assert not [e for e in errors if "never retrieved" in str(e.get("message"))], errors
 
 
+async def test_the_completer_waits_for_the_claims_of_every_claimer_of_its_process(
+    dsn: str, worker_factory: Any
+) -> None:
+    """One ClaimsInFlight per process (taskq/worker/inflight.py), shared by the completer and
+    every queue's claimer: a batch waits for whichever claim is out."""
+    app = taskq.App(dsn=dsn)
+
+    @app.task("job.a", queue="a")
+    async def a(ctx: taskq.TaskContext, payload: Any) -> None:
+        return None
+
+    @app.task("job.b", queue="b")
+    async def b(ctx: taskq.TaskContext, payload: Any) -> None:
+        return None
+
+    handle = await worker_factory(app, queues={"a": 2, "b": 2})
+    completer = handle.worker._completer
+    assert completer is not None
+    shared = completer._claims_in_flight
+    assert shared is not None
+    assert [c._claims_in_flight is shared for c in handle.worker.claimers.values()] == [True] * 2
+
+
 @pytest.mark.parametrize("capacity", [2])
 async def test_claimers_wait_while_the_completer_is_behind(
     dsn: str, worker_factory: Any, capacity: int, monkeypatch: Any
