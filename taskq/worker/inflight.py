@@ -8,9 +8,9 @@ then ran side by side on a 2-core machine shared with the worker, and each task'
 completion cost more database CPU than one after the other (both touch the same index pages
 and rows). Sent once the claim's reply is back, the completion runs in the server while the
 worker starts the attempts the claim returned, which is time the database was idle: drains
-of 30,000 tasks, 1 process x 100 slots, ran 21,436 -> 23,026 tasks/s and 30.3 -> 29.0 us of
-database CPU per task (medians of four alternated pairs, each faster), 100,000 tasks at the
-same rate with 30.6 -> 29.3 us (each of four pairs lower).
+of 100,000 tasks, 1 process x 100 slots, ran 20,621 -> 22,072 tasks/s with 31.2 -> 29.1 us of
+database CPU per task (medians of four alternated pairs, each faster and lower); with 2
+processes the rate and CPU were unchanged.
 
 Nobody waits for a completion (the slots are free already), so holding one back costs no
 attempt anything. The wait is bounded (``settled``'s ``at_most``) so that a claim stuck in the
