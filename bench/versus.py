@@ -8,8 +8,9 @@ PgQueuer drain of the same backlog and process count, one right after the other,
 swapped every round; the ratio reported is the median of the pairs' ratios, and every pair is
 in the JSON. taskq runs one queue of 100 slots per process, PgQueuer ``batch_size=100``.
 
-Single enqueues (one job per transaction, autocommit, 5,000 each) are alternated the same way
-first: fsync-bound, they move with the machine as much as the drains do.
+Single enqueues (one job per transaction, autocommit, 5,000 each) and bulk enqueues (50,000 in
+calls of 1,000, a commit each) are alternated the same way first: fsync-bound, they move with
+the machine as much as the drains do.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from typing import Any
 
 from bench.harness import DrainTiming, Measurement
 from bench.peer_pgqueuer import _drain, _enqueue, _pgq, _startup_cpu, ensure_peer
-from bench.scenarios import Context, drain, enqueue_autocommit_rate
+from bench.scenarios import (
+    BULK_CHUNK,
+    Context,
+    drain,
+    enqueue_autocommit_rate,
+    enqueue_bulk_rate,
+)
 
 # (what, taskq's figure, PgQueuer's, whether the ratio is taskq's over PgQueuer's): rates are,
 # CPU per task is PgQueuer's over taskq's, so above 1.00x taskq is better in every row.
@@ -43,7 +50,11 @@ def run_versus(ctx: Context, create_db: Callable[[str], str], rounds: int) -> li
     _pgq("install", dsn=peer_dsn)
     startup = _startup_cpu(peer_dsn, ctx.log_dir)
     sizes = ctx.sizes or ([5_000] if ctx.quick else [20_000, 100_000])
-    out = [_enqueue_pairs(ctx, peer_dsn, f"PgQueuer {version}", rounds=rounds)]
+    label = f"PgQueuer {version}"
+    out = [
+        _enqueue_pairs(ctx, peer_dsn, label, rounds=rounds, chunk=1),
+        _enqueue_pairs(ctx, peer_dsn, label, rounds=rounds, chunk=BULK_CHUNK),
+    ]
     for tasks in sizes:
         for processes in (1, 2):
             pairs = _pairs(ctx, peer_dsn, startup, tasks=tasks, processes=processes, rounds=rounds)
@@ -51,28 +62,46 @@ def run_versus(ctx: Context, create_db: Callable[[str], str], rounds: int) -> li
     return out
 
 
-def _enqueue_pairs(ctx: Context, peer_dsn: str, label: str, *, rounds: int) -> Measurement:
-    """One job per transaction, taskq's ``app.enqueue`` and PgQueuer's ``Queries.enqueue``
-    alternated; the median of the pairs' ratios."""
-    count = 500 if ctx.quick else 5_000
+def _enqueue_pairs(
+    ctx: Context, peer_dsn: str, label: str, *, rounds: int, chunk: int
+) -> Measurement:
+    """One job per transaction (``chunk`` 1: taskq's ``app.enqueue``, PgQueuer's
+    ``Queries.enqueue``) or ``chunk`` per call (``app.enqueue_many``, ``Queries.enqueue`` of
+    lists), alternated; the median of the pairs' ratios."""
+    if chunk == 1:
+        count = 500 if ctx.quick else 5_000
+        what = "enqueue, 1 per transaction (autocommit)"
+
+        def ours() -> float:
+            return enqueue_autocommit_rate(ctx, count)
+    else:
+        count = 5_000 if ctx.quick else 50_000
+        what = f"enqueue, {chunk:,} per call"
+
+        def ours() -> float:
+            return enqueue_bulk_rate(ctx, count)
+
+    def theirs() -> float:
+        return _enqueue(peer_dsn, count=count, chunk=chunk, rounds=1)[0]
+
     pairs: list[dict[str, float]] = []
     for r in range(max(1, rounds)):
-        ctx.say(f"versus: enqueue {count:,}, 1 per transaction, pair {r + 1}")
+        ctx.say(f"versus: {what}, {count:,} tasks, pair {r + 1}")
         if r % 2 == 0:
-            ours = enqueue_autocommit_rate(ctx, count)
-            theirs = _enqueue(peer_dsn, count=count, chunk=1, rounds=1)[0]
+            our_rate = ours()
+            their_rate = theirs()
         else:
-            theirs = _enqueue(peer_dsn, count=count, chunk=1, rounds=1)[0]
-            ours = enqueue_autocommit_rate(ctx, count)
-        pairs.append({"taskq_rate": round(ours, 1), "pgqueuer_rate": theirs})
+            their_rate = theirs()
+            our_rate = ours()
+        pairs.append({"taskq_rate": round(our_rate, 1), "pgqueuer_rate": their_rate})
     ratios = [p["taskq_rate"] / p["pgqueuer_rate"] for p in pairs]
     each = ", ".join(f"{p['taskq_rate']:,.0f}/{p['pgqueuer_rate']:,.0f}" for p in pairs)
     return Measurement(
         "versus",
-        "enqueue, 1 per transaction (autocommit), alternated pairs: rate, taskq / PgQueuer",
+        f"{what}, alternated pairs: rate, taskq / PgQueuer",
         round(statistics.median(ratios), 3),
         "x",
-        {"peer": label, "tasks": count, "pairs": pairs},
+        {"peer": label, "tasks": count, "chunk": chunk, "pairs": pairs},
         f"median of {len(pairs)} pairs ({', '.join(f'{r:.2f}' for r in ratios)}); "
         f"taskq/PgQueuer: {each}",
     )
