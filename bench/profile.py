@@ -1,6 +1,7 @@
-"""Where a drain worker's CPU goes: one taskq worker (1 process, 32 slots) drains a backlog
-while ``py-spy record`` samples it (``--nonblocking``: the worker is never paused). py-spy is
-not a dependency: pass ``--py-spy PATH`` (install it in a venv outside the repository).
+"""Where a drain worker's CPU goes: one taskq worker (1 process, 32 slots, or the first
+``--drain-slots`` value) drains a backlog while ``py-spy record`` samples it
+(``--nonblocking``: the worker is never paused). py-spy is not a dependency: pass
+``--py-spy PATH`` (install it in a venv outside the repository).
 
 The collapsed stacks are kept in ``bench/results/profile-drain.txt`` (feed them to
 ``flamegraph.pl`` or https://www.speedscope.app); the run prints the functions with the most
@@ -95,6 +96,7 @@ def summarise(collapsed: Path, top: int = 12) -> dict[str, Any]:
 
 def profile_drain(ctx: Context, py_spy: str, results_dir: Path) -> list[Measurement]:
     tasks = 20_000 if ctx.quick else 100_000
+    slots = ctx.slots[0] if ctx.slots else 32  # --drain-slots: its first value
     out_file = results_dir / "profile-drain.txt"
     with connect(ctx.dsn) as conn:
         reset_tasks(conn)
@@ -102,7 +104,7 @@ def profile_drain(ctx: Context, py_spy: str, results_dir: Path) -> list[Measurem
         settle(conn)
         with Processes(ctx.log_dir) as procs:
             spawned_ns = time.time_ns()
-            (pid,) = spawn_workers(ctx, procs, processes=1, slots=32, name="profile")
+            (pid,) = spawn_workers(ctx, procs, processes=1, slots=slots, name="profile")
             wait_listening(ctx.dsn, 1)  # sample the drain, not the imports
             spy = procs.spawn(
                 [
@@ -132,7 +134,7 @@ def profile_drain(ctx: Context, py_spy: str, results_dir: Path) -> list[Measurem
     return [
         Measurement(
             "profile",
-            f"drain under py-spy, {tasks:,} tasks, 1 proc x 32 slots",
+            f"drain under py-spy, {tasks:,} tasks, 1 proc x {slots} slots",
             round(timing.rate_steady, 1),
             "tasks/s",
             {**timing.details(), **summary, "collapsed_stacks": str(out_file)},
