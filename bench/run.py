@@ -1,7 +1,7 @@
 """taskq's benchmark suite: one command, a table, and JSON.
 
     python bench/run.py [--dsn DSN] [--quick] [--only SCENARIO ...] [--peer] [--pgbench]
-                        [--py-spy PATH] [--repeat N] [--snapshot REV]
+                        [--py-spy PATH] [--perf PATH] [--repeat N] [--snapshot REV]
                         [--json-out bench/results/latest.json]
 
 It creates its own databases (``taskq_bench_<run>_*``) on the server ``--dsn`` points at
@@ -62,7 +62,7 @@ CORE = [
     "failure-storm",
     "ceiling",
 ]
-OPT_IN = ["pgbench", "peer", "versus", "profile"]
+OPT_IN = ["pgbench", "peer", "versus", "profile", "dbprofile"]
 
 Scenario = Callable[[Context], list[Measurement]]
 
@@ -106,6 +106,13 @@ def build_scenarios(args: argparse.Namespace, dbs: Databases) -> dict[str, Scena
             raise Skipped("pass --py-spy PATH (py-spy installed in a venv outside the repo)")
         return profile_drain(ctx, args.py_spy, args.json_out.parent)
 
+    def dbprofile(ctx: Context) -> list[Measurement]:
+        from bench.dbprofile import profile_database
+
+        if not args.perf:
+            raise Skipped("pass --perf PATH (Linux perf; root or perf_event_paranoid <= 0)")
+        return profile_database(ctx, args.perf, args.json_out.parent)
+
     return {
         "enqueue-single": scenarios.enqueue_single,
         "enqueue-bulk": scenarios.enqueue_bulk,
@@ -119,6 +126,7 @@ def build_scenarios(args: argparse.Namespace, dbs: Databases) -> dict[str, Scena
         "peer": peer,
         "versus": versus,
         "profile": profile,
+        "dbprofile": dbprofile,
     }
 
 
@@ -132,6 +140,8 @@ def selected(args: argparse.Namespace) -> list[str]:
         chosen += ["peer", "versus"]
     if args.py_spy:
         chosen.append("profile")
+    if args.perf:
+        chosen.append("dbprofile")
     return chosen
 
 
@@ -283,6 +293,8 @@ def render(console: Console, results: list[Measurement], meta: dict[str, Any]) -
     for m in results:
         if m.scenario == "profile" and "top_self_pct" in m.details:
             render_profile(console, m.details)
+        if m.scenario == "dbprofile" and "statements_pct" in m.details:
+            render_dbprofile(console, m.details)
 
 
 def render_profile(console: Console, d: dict[str, Any]) -> None:
@@ -302,6 +314,20 @@ def render_profile(console: Console, d: dict[str, Any]) -> None:
         for name, pct in d[key]:
             prof.add_row(f"{pct:.1f}", name)
         console.print(prof)
+
+
+def render_dbprofile(console: Console, d: dict[str, Any]) -> None:
+    prof = Table(
+        title=f"perf, the drain worker's PostgreSQL backends: {d['samples']:,} samples by "
+        "statement, and the parts of each (a sample counts in every part on its stack)",
+        title_justify="left",
+    )
+    prof.add_column("% of samples", justify="right")
+    prof.add_column("statement")
+    prof.add_column("parts, % of all samples")
+    for name, pct, parts in d["statements_pct"]:
+        prof.add_row(f"{pct:.1f}", name, ", ".join(f"{p} {v:.1f}" for p, v in parts))
+    console.print(prof)
 
 
 def git_describe() -> str:
@@ -355,6 +381,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pgbench", action="store_true", help="also run the pgbench reference")
     parser.add_argument(
         "--py-spy", metavar="PATH", help="also profile one drain worker with this py-spy binary"
+    )
+    parser.add_argument(
+        "--perf",
+        metavar="PATH",
+        help="also profile the drain worker's PostgreSQL backends with this Linux perf binary",
     )
     parser.add_argument(
         "--json-out", type=Path, default=RESULTS / "latest.json", help="default: %(default)s"
