@@ -14,7 +14,7 @@
 -- none), then the floor's priority from the floor on, then the lower priorities. Alternated
 -- 100,000-task drains, one worker of 100 slots: database CPU per task 37.9 -> 34.7 us, rate
 -- 18,539 -> 19,730 tasks/s (medians of six pairs, five better; `python bench/ab.py`), and
--- the claim's index scans 13-15 % -> 3.5 % of the backends' CPU.
+-- the claim's index scans 13-15 % -> 3-5 % of the backends' CPU.
 --
 -- What it costs: a row that becomes runnable with a key before the floor (an attempt given
 -- back at a shutdown, or a row inserted by a transaction that began before the claim) is not
