@@ -23,26 +23,15 @@ whose frame is on its stack; parts can nest, so they need not add up). The folde
 from __future__ import annotations
 
 import collections
-import contextlib
-import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    Measurement,
-    Processes,
-    connect,
-    drain_timing,
-    load_noop_backlog,
-    reset_tasks,
-    settle,
-    wait_listening,
-)
-from bench.scenarios import Context, spawn_workers, wait_drained
+from bench.harness import Measurement
+from bench.profile import drain_sampled
+from bench.scenarios import Context
 
 # (statement, the frames that put a sample there: all of them on its stack), first match wins.
 STATEMENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -144,37 +133,29 @@ def profile_database(ctx: Context, perf: str, results_dir: Path) -> list[Measure
     tasks = 20_000 if ctx.quick else 100_000
     slots = ctx.slots[0] if ctx.slots else 32  # --drain-slots: its first value
     folded = results_dir / "profile-db.txt"
-    with tempfile.TemporaryDirectory(prefix="taskq-perf-") as tmp, connect(ctx.dsn) as conn:
+    pids: list[int] = []
+    with tempfile.TemporaryDirectory(prefix="taskq-perf-") as tmp:
         data = Path(tmp) / "perf.data"
-        reset_tasks(conn)
-        load_noop_backlog(conn, tasks)
-        settle(conn)
-        with Processes(ctx.log_dir) as procs:
-            spawned_ns = time.time_ns()
-            spawn_workers(ctx, procs, processes=1, slots=slots, name="dbprofile")
-            wait_listening(ctx.dsn, 1)  # sample the drain, not the start-up
-            # The whole machine, filtered by process afterwards: a backend that closes before
-            # perf attaches (a start-up connection) would make `perf record -p` fail.
-            recorder = procs.spawn(
-                [
-                    perf,
-                    "record",
-                    "--all-cpus",
-                    "--call-graph",
-                    "dwarf,16384",
-                    "-F",
-                    "499",
-                    "-o",
-                    str(data),
-                ],
-                name="perf",
-            )
-            polled_ns = wait_drained(conn, procs, tasks=tasks)
-            pids = _backend_pids(conn)  # the worker is still connected
-            recorder.send_signal(signal.SIGINT)  # perf writes its file on Ctrl-C
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                recorder.wait(timeout=60)
-        timing = drain_timing(conn, spawned_ns, polled_ns)
+        # The whole machine, filtered by process afterwards: a backend that closes before perf
+        # attaches (a start-up connection) would make `perf record -p` fail.
+        timing = drain_sampled(
+            ctx,
+            tasks=tasks,
+            slots=slots,
+            name="dbprofile",
+            sampler=lambda _pid: [
+                perf,
+                "record",
+                "--all-cpus",
+                "--call-graph",
+                "dwarf,16384",
+                "-F",
+                "499",
+                "-o",
+                str(data),
+            ],
+            on_drained=lambda conn: pids.extend(_backend_pids(conn)),
+        )
         if not data.exists():
             raise RuntimeError(f"perf wrote no samples; see {ctx.log_dir}/perf.log")
         script = subprocess.run(

@@ -16,10 +16,15 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from bench.harness import (
+    REPO,
+    DrainTiming,
     Measurement,
     Processes,
     connect,
@@ -94,40 +99,63 @@ def summarise(collapsed: Path, top: int = 12) -> dict[str, Any]:
     }
 
 
-def profile_drain(ctx: Context, py_spy: str, results_dir: Path) -> list[Measurement]:
-    tasks = 20_000 if ctx.quick else 100_000
-    slots = ctx.slots[0] if ctx.slots else 32  # --drain-slots: its first value
-    out_file = results_dir / "profile-drain.txt"
+def drain_sampled(
+    ctx: Context,
+    *,
+    tasks: int,
+    slots: int,
+    name: str,
+    sampler: Callable[[int], list[str]],
+    cwd: Path = REPO,
+    on_drained: Callable[[psycopg.Connection[Any]], None] | None = None,
+) -> DrainTiming:
+    """One worker (1 process, ``slots`` slots) drains ``tasks`` no-op tasks while the command
+    ``sampler(worker_pid)`` records it, started once the worker listens (the drain, not the
+    imports) and stopped with Ctrl-C (py-spy and perf write their output then).
+    ``on_drained(conn)`` runs before the worker stops (its connections are still open)."""
     with connect(ctx.dsn) as conn:
         reset_tasks(conn)
         load_noop_backlog(conn, tasks)
         settle(conn)
         with Processes(ctx.log_dir) as procs:
             spawned_ns = time.time_ns()
-            (pid,) = spawn_workers(ctx, procs, processes=1, slots=slots, name="profile")
-            wait_listening(ctx.dsn, 1)  # sample the drain, not the imports
-            spy = procs.spawn(
-                [
-                    py_spy,
-                    "record",
-                    "--pid",
-                    str(pid),
-                    "--rate",
-                    "250",
-                    "--nonblocking",
-                    "--format",
-                    "raw",
-                    "--output",
-                    str(out_file),
-                ],
-                name="py-spy",
-                cwd=results_dir,
-            )
+            (pid,) = spawn_workers(ctx, procs, processes=1, slots=slots, name=name)
+            wait_listening(ctx.dsn, 1)
+            argv = sampler(pid)
+            recorder = procs.spawn(argv, name=Path(argv[0]).name, cwd=cwd)  # py-spy.log, perf.log
             polled_ns = wait_drained(conn, procs, tasks=tasks)
-            spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+            if on_drained is not None:
+                on_drained(conn)
+            recorder.send_signal(signal.SIGINT)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                spy.wait(timeout=30)
-        timing = drain_timing(conn, spawned_ns, polled_ns)
+                recorder.wait(timeout=60)
+        return drain_timing(conn, spawned_ns, polled_ns)
+
+
+def profile_drain(ctx: Context, py_spy: str, results_dir: Path) -> list[Measurement]:
+    tasks = 20_000 if ctx.quick else 100_000
+    slots = ctx.slots[0] if ctx.slots else 32  # --drain-slots: its first value
+    out_file = results_dir / "profile-drain.txt"
+    timing = drain_sampled(
+        ctx,
+        tasks=tasks,
+        slots=slots,
+        name="profile",
+        sampler=lambda pid: [
+            py_spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            "250",
+            "--nonblocking",
+            "--format",
+            "raw",
+            "--output",
+            str(out_file),
+        ],
+        cwd=results_dir,
+    )
     if not out_file.exists():
         raise RuntimeError(f"py-spy wrote no profile; see {ctx.log_dir}/py-spy.log")
     summary = summarise(out_file)
