@@ -3,12 +3,13 @@ and must mean exactly what a list would."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Any
 
 import psycopg
 
-from taskq.db.store.arrays import BigintArray, TextArray, UuidArray
+from taskq.db.store.arrays import BigintArray, BoolArray, Float8Array, TextArray, UuidArray
 
 
 def test_ids_and_tokens_arrive_as_the_lists_they_wrap(conn: psycopg.Connection[Any]) -> None:
@@ -42,7 +43,21 @@ def test_empty_batches_are_empty_arrays(conn: psycopg.Connection[Any]) -> None:
 def test_text_arrays_keep_any_text(conn: psycopg.Connection[Any]) -> None:
     """Task types are producer-controlled: quotes, backslashes, commas, braces, blanks, the word
     NULL and non-ASCII text all arrive as written."""
-    names = ['a"b', "c\\d", "e,f", "{g}", "h i", "NULL", "null", "", "ü", "\\", '"']
+    names = [
+        'a"b',
+        "c\\d",
+        "line\nbreak\ttab",
+        'Traceback (most recent call last):\n  File "x"',
+        "e,f",
+        "{g}",
+        "h i",
+        "NULL",
+        "null",
+        "",
+        "ü",
+        "\\",
+        '"',
+    ]
     for prepare in (False, True):
         got = conn.execute(
             "SELECT %(names)s::text[], %(names)s::text[] = %(plain)s::text[]",
@@ -50,3 +65,27 @@ def test_text_arrays_keep_any_text(conn: psycopg.Connection[Any]) -> None:
             prepare=prepare,
         ).fetchone()
         assert got == (names, True)
+
+
+def test_float_and_flag_arrays_arrive_as_the_lists_they_wrap(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """A failure batch's retry seconds (None: use the formula), delays, jitters and breaker
+    flags."""
+    floats = [None, 0.0, 0.1, 1e-05, 2.5e20, -3.0, 1 / 3, math.inf]
+    flags = [True, False, True]
+    for prepare in (False, True):
+        got = conn.execute(
+            "SELECT %(floats)s::float8[], %(floats)s::float8[] = %(plain)s::float8[],"
+            " %(flags)s::boolean[], %(nan)s::float8[]",
+            {
+                "floats": Float8Array(floats),
+                "plain": floats,
+                "flags": BoolArray(flags),
+                "nan": Float8Array([math.nan]),
+            },
+            prepare=prepare,
+        ).fetchone()
+        assert got is not None
+        assert got[:3] == (floats, True, flags)
+        assert math.isnan(got[3][0])

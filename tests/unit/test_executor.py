@@ -170,3 +170,22 @@ async def test_a_cancelled_sync_attempt_is_never_released_while_its_thread_runs(
                 break
             await asyncio.sleep(0.01)
     assert executor.threads_running == 0
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+async def test_an_exception_that_cannot_be_printed_still_fails_the_attempt() -> None:
+    """A handler's exception whose ``__str__`` raises is hostile input like any other: the
+    attempt is charged as a failure, never left running until the reaper finds it."""
+    app = taskq.App(dsn="postgresql://unused")
+
+    @app.task("job.odd")
+    async def odd(ctx: taskq.TaskContext, payload: Any) -> None:
+        raise Unprintable()
+
+    [outcome] = await run(app, claimed("job.odd"))
+    assert outcome.kind is Kind.FAILURE
+    assert outcome.error is not None and "<exception str() failed>" in outcome.error

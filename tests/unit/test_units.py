@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import traceback
 from pathlib import Path
 
 import pytest
 
 import taskq
+from taskq import outcome
 from taskq.db import sqlfiles
 from taskq.errors import ConfigError, InvalidTask, PayloadError
 from taskq.model import check_name, encode_payload
@@ -80,6 +82,45 @@ def test_error_description_is_trimmed_and_nul_free() -> None:
     assert text.startswith("ValueError: bad")
     assert "\x00" not in text
     assert len(text) <= MAX_ERROR_CHARS
+
+
+def _raise(message: str, *, line: int = 0, cause: BaseException | None = None) -> ValueError:
+    """The exception of a ``raise`` at one of two lines, with ``cause`` chained."""
+    try:
+        if line == 0:
+            raise ValueError(message) from cause
+        raise ValueError(message) from cause
+    except ValueError as exc:
+        return exc
+
+
+def test_an_error_is_described_as_traceback_prints_it_also_when_seen_before() -> None:
+    """``describe`` keeps the text of each exception shape (type, message, frames, chain) for
+    the next failure of that shape: a storm formats its traceback once. Whatever differs in
+    the printed traceback must give a different text."""
+    first = describe(_raise("boom"))
+    assert first.startswith("ValueError: boom\nTraceback")
+    assert describe(_raise("boom")) == first  # the same shape: the kept text
+    texts = {
+        first,
+        describe(_raise("bang")),  # another message
+        describe(_raise("boom", line=1)),  # another line
+        describe(_raise("boom", cause=KeyError("k"))),  # a cause
+        describe(_raise("boom", cause=_raise("inner"))),  # a cause with its own frames
+    }
+    assert len(texts) == 5
+    for exc in (_raise("boom", line=1), _raise("boom", cause=_raise("inner"))):
+        message = str(exc)
+        expected = f"ValueError: {message}\n" + "".join(traceback.format_exception(exc)[-12:])
+        assert describe(exc) == expected  # kept or not, what traceback prints
+    assert "KeyError: 'k'" in describe(_raise("boom", cause=KeyError("k")))
+
+
+def test_the_kept_descriptions_are_bounded() -> None:
+    for i in range(3 * outcome._DESCRIBED_MAX):
+        describe(_raise(f"order {i} failed"))
+    assert len(outcome._DESCRIBED) <= outcome._DESCRIBED_MAX
+    assert describe(_raise("order 1 failed")).startswith("ValueError: order 1 failed\n")
 
 
 def test_registering_twice_or_badly_is_refused() -> None:

@@ -18,7 +18,7 @@ from taskq.db.store._base import (
     _async_cursor,
     _sync_cursor,
 )
-from taskq.db.store.arrays import BigintArray, UuidArray
+from taskq.db.store.arrays import BigintArray, BoolArray, Float8Array, TextArray, UuidArray
 from taskq.errors import LeaseLost
 from taskq.model import ClaimedTask, Finished, Status
 from taskq.settings import CRASH_LIMIT
@@ -82,11 +82,11 @@ async def mark_failed_many(
             {
                 "ids": BigintArray(ids),
                 "tokens": UuidArray(tokens),
-                "errors": list(errors),
-                "afters": list(after_seconds),
-                "delays": list(delay_seconds),
-                "jitters": list(jitter_seconds),
-                "counts": list(counts_for_breaker),
+                "errors": TextArray(errors),
+                "afters": Float8Array(after_seconds),
+                "delays": Float8Array(delay_seconds),
+                "jitters": Float8Array(jitter_seconds),
+                "counts": BoolArray(counts_for_breaker),
                 "threshold": breaker_threshold,
             },
         )
@@ -103,7 +103,7 @@ async def mark_dead_many(
     async with _async_cursor(conn) as cur:
         await cur.execute(
             query("mark_dead_many"),
-            {"ids": BigintArray(ids), "tokens": UuidArray(tokens), "errors": list(errors)},
+            {"ids": BigintArray(ids), "tokens": UuidArray(tokens), "errors": TextArray(errors)},
         )
         return _finished(await cur.fetchall())
 
