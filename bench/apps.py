@@ -48,6 +48,14 @@ async def fail(ctx: taskq.TaskContext, payload: JSON) -> None:
     raise RuntimeError("downstream unavailable")
 
 
+@app.task("bench.retry", max_retry_count=2, retry_delay=0, retry_jitter=0)
+async def fail_and_retry(ctx: taskq.TaskContext, payload: JSON) -> None:
+    """Every run fails and is retried at once, twice (the failure-storm scenario's retry
+    drain): three attempts per task, two written FAILED and claimed again from the retry
+    lane, the last DEAD_LETTER."""
+    raise RuntimeError("downstream unavailable")
+
+
 @app.task("bench.latency")
 async def latency(ctx: taskq.TaskContext, payload: JSON) -> None:
     started_ns = time.time_ns()  # first: the moment the handler began

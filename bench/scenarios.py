@@ -665,10 +665,13 @@ def memory(ctx: Context) -> list[Measurement]:
 # --- failure storm ----------------------------------------------------------------------------
 
 
-def storm_drain(ctx: Context, *, task_type: str, tasks: int, slots: int) -> dict[str, Any]:
-    """Drain ``tasks`` tasks of ``task_type`` through one ``bench.storm_worker`` (protection
-    off) and measure the CPU of the database backends serving it, from the moment the worker
-    sits ready on an empty queue (start-up excluded) until the last task is done."""
+def storm_drain(
+    ctx: Context, *, task_type: str, tasks: int, slots: int, attempts: int = 1
+) -> dict[str, Any]:
+    """Drain ``tasks`` tasks of ``task_type`` (``attempts`` attempts each) through one
+    ``bench.storm_worker`` (protection off) and measure the CPU of the database backends
+    serving it, from the moment the worker sits ready on an empty queue (start-up excluded)
+    until the last task is done."""
     with db_connect(ctx.dsn) as conn:
         reset_tasks(conn)
         conn.execute("TRUNCATE taskq.breakers, taskq.task_stats")
@@ -699,6 +702,8 @@ def storm_drain(ctx: Context, *, task_type: str, tasks: int, slots: int) -> dict
         "db_cpu_s": round(meter.server_seconds, 3),
         "worker_cpu_s": round(meter.client_seconds, 3),
         "db_cpu_ms_per_task": round(1000 * meter.server_seconds / tasks, 4),
+        "attempts": tasks * attempts,
+        "db_cpu_ms_per_attempt": round(1000 * meter.server_seconds / (tasks * attempts), 4),
         "statuses": counts,
         **db,
     }
@@ -716,19 +721,25 @@ def failure_storm(ctx: Context) -> list[Measurement]:
     everything the backends do for the worker. Same machine only."""
     tasks = 3_000 if ctx.quick else 20_000
     slots = 32
-    runs: dict[str, list[dict[str, Any]]] = {"success": [], "failure": []}
+    runs: dict[str, list[dict[str, Any]]] = {"success": [], "failure": [], "retry": []}
     for _ in range(max(1, ctx.repeat)):
         runs["success"].append(storm_drain(ctx, task_type="bench.noop", tasks=tasks, slots=slots))
         runs["failure"].append(storm_drain(ctx, task_type="bench.fail", tasks=tasks, slots=slots))
+        # Fail and retry: a third of the tasks, three attempts each (two retries at once).
+        runs["retry"].append(
+            storm_drain(ctx, task_type="bench.retry", tasks=tasks // 3, slots=slots, attempts=3)
+        )
     per_task = {
-        kind: statistics.median(r["db_cpu_ms_per_task"] for r in found)
+        kind: statistics.median(r["db_cpu_ms_per_attempt"] for r in found)
         for kind, found in runs.items()
     }
     ratio = per_task["failure"] / per_task["success"] if per_task["success"] else None
+    retry_ratio = per_task["retry"] / per_task["success"] if per_task["success"] else None
     ctx.say(
         f"failure storm: db CPU per task {per_task['failure']:.4f} ms failing vs "
-        f"{per_task['success']:.4f} ms succeeding (x{ratio:.2f})"
-        if ratio is not None
+        f"{per_task['success']:.4f} ms succeeding (x{ratio:.2f}); per attempt "
+        f"{per_task['retry']:.4f} ms failing and retried (x{retry_ratio:.2f})"
+        if ratio is not None and retry_ratio is not None
         else "failure storm: no CPU measured"
     )
     return [
@@ -750,6 +761,21 @@ def failure_storm(ctx: Context) -> list[Measurement]:
             "failure-storm",
             "ratio fail / succeed",
             round(ratio, 3) if ratio is not None else None,
+            "x",
+            {},
+            "target <= 1.5",
+        ),
+        Measurement(
+            "failure-storm",
+            "db CPU per attempt, all fail and retry twice",
+            per_task["retry"],
+            "ms",
+            {"runs": runs["retry"]},
+        ),
+        Measurement(
+            "failure-storm",
+            "ratio fail and retry / succeed (per attempt)",
+            round(retry_ratio, 3) if retry_ratio is not None else None,
             "x",
             {},
             "target <= 1.5",

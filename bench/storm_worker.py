@@ -3,8 +3,8 @@ the protection off (no breaker, no failure-rate trip).
 
 The failure-storm scenario measures what writing failures costs the database. With the
 protection on, the type's breaker would open after a handful of failures and stop the storm,
-which is its job, and not what is measured. Both drains of the scenario (all succeed, all fail)
-run through this same runner so the only difference is the outcome.
+which is its job, and not what is measured. The scenario's drains (all succeed, all fail, all
+fail and retry) run through this same runner so the only difference is the outcome.
 """
 
 from __future__ import annotations
