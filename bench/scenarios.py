@@ -729,16 +729,16 @@ def failure_storm(ctx: Context) -> list[Measurement]:
         runs["retry"].append(
             storm_drain(ctx, task_type="bench.retry", tasks=tasks // 3, slots=slots, attempts=3)
         )
-    per_task = {
+    per_attempt = {
         kind: statistics.median(r["db_cpu_ms_per_attempt"] for r in found)
         for kind, found in runs.items()
     }
-    ratio = per_task["failure"] / per_task["success"] if per_task["success"] else None
-    retry_ratio = per_task["retry"] / per_task["success"] if per_task["success"] else None
+    ratio = per_attempt["failure"] / per_attempt["success"] if per_attempt["success"] else None
+    retry_ratio = per_attempt["retry"] / per_attempt["success"] if per_attempt["success"] else None
     ctx.say(
-        f"failure storm: db CPU per task {per_task['failure']:.4f} ms failing vs "
-        f"{per_task['success']:.4f} ms succeeding (x{ratio:.2f}); per attempt "
-        f"{per_task['retry']:.4f} ms failing and retried (x{retry_ratio:.2f})"
+        f"failure storm: db CPU per task {per_attempt['failure']:.4f} ms failing vs "
+        f"{per_attempt['success']:.4f} ms succeeding (x{ratio:.2f}); per attempt "
+        f"{per_attempt['retry']:.4f} ms failing and retried (x{retry_ratio:.2f})"
         if ratio is not None and retry_ratio is not None
         else "failure storm: no CPU measured"
     )
@@ -746,14 +746,14 @@ def failure_storm(ctx: Context) -> list[Measurement]:
         Measurement(
             "failure-storm",
             "db CPU per task, all succeed",
-            per_task["success"],
+            per_attempt["success"],
             "ms",
             {"runs": runs["success"]},
         ),
         Measurement(
             "failure-storm",
             "db CPU per task, all fail",
-            per_task["failure"],
+            per_attempt["failure"],
             "ms",
             {"runs": runs["failure"]},
         ),
@@ -768,7 +768,7 @@ def failure_storm(ctx: Context) -> list[Measurement]:
         Measurement(
             "failure-storm",
             "db CPU per attempt, all fail and retry twice",
-            per_task["retry"],
+            per_attempt["retry"],
             "ms",
             {"runs": runs["retry"]},
         ),
