@@ -16,12 +16,11 @@ claimer of the process, waits until nothing runs, and has one claimer run one su
 The claimer never writes an outcome: it hands every one to the completer (``report``), which
 also logs lost leases (``on_lease_lost``).
 
-Each claimer keeps one pooled connection for its claims from round to round (``_connection``),
-instead of taking whichever the pool hands out next: the pool hands its connections out in
-turn, and the first claim on a backend plans every statement of the claim functions (12-35 ms),
-so a worker that had just started paid that once per pooled connection, on live tasks. It is
-checked before each round as the pool checks at checkout and given back after any error (the
-pool then resets or replaces it) and when the claimer stops.
+Each claimer keeps one pooled connection for its claims from round to round
+(``KeptConnection``), instead of taking whichever the pool hands out next: the pool hands its
+connections out in turn, and the first claim on a backend plans every statement of the claim
+functions (12-35 ms), so a worker that had just started paid that once per pooled connection,
+on live tasks.
 
 Wake-ups are coalesced: after a round that came back short, the next round starts no sooner
 than ``coalesce_seconds`` after it, however many notifications arrive meanwhile. NOTIFY is
@@ -39,9 +38,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import psycopg
 import structlog
-from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from taskq import logs
@@ -49,7 +46,7 @@ from taskq.backoff import Backoff, jittered
 from taskq.control.protection import Policy, claim_policy
 from taskq.control.state import ControlWatcher
 from taskq.db import store
-from taskq.db.connection import acheck_connection
+from taskq.db.connection import KeptConnection
 from taskq.model import Claimed, ClaimedTask, TaskOptions
 from taskq.outcome import Outcome
 from taskq.service import OUTAGE_ERRORS, Service
@@ -90,7 +87,7 @@ class Claimer(Service):
         self.slots = slots
         self._handlers = list(handlers)
         self._pool = pool
-        self._conn: AsyncConnection[Any] | None = None  # kept between rounds: _connection
+        self._conn = KeptConnection(pool)  # kept between rounds (module docstring)
         self._executor = executor
         self._report = report
         self._worker_id = worker_id
@@ -208,7 +205,7 @@ class Claimer(Service):
                 await self._claim_loop()
         finally:
             self._group = None
-            await self._give_back_connection()
+            await self._conn.give_back()
 
     async def _claim_loop(self) -> None:
         while not self._stopping:
@@ -283,10 +280,10 @@ class Claimer(Service):
             self.claiming = True
             try:
                 with self._claims_in_flight.claiming():
-                    claimed = await self._claim(await self._connection(), policy)
+                    claimed = await self._claim(await self._conn.get(), policy)
             except BaseException:
                 self.claiming = False
-                await self._give_back_connection()
+                await self._conn.give_back()
                 raise
             self.claims += 1
             # A rate-limited type with due work says when its next token comes: look again then.
@@ -321,7 +318,7 @@ class Claimer(Service):
             self.claiming = True
             try:
                 claimed = await store.claim_batch(
-                    await self._connection(),
+                    await self._conn.get(),
                     queue=self.queue,
                     handlers=policy.handlers,
                     limit=1,
@@ -330,7 +327,7 @@ class Claimer(Service):
                     isolated=True,
                 )
             except BaseException:
-                await self._give_back_connection()
+                await self._conn.give_back()
                 raise
             finally:
                 self.claiming = False
@@ -347,26 +344,6 @@ class Claimer(Service):
             attempt=task.retry_count,
         )
         return task
-
-    async def _connection(self) -> AsyncConnection[Any]:
-        """The connection kept between rounds (module docstring), checked as the pool checks at
-        checkout: a round trip only when the server sent something to the idle socket (its
-        goodbye after a restart or a terminated backend); a closed one is replaced."""
-        conn = self._conn
-        if conn is not None:
-            try:
-                await acheck_connection(conn)
-                return conn
-            except psycopg.Error:
-                await self._give_back_connection()
-        fresh: AsyncConnection[Any] = await self._pool.getconn()
-        self._conn = fresh
-        return fresh
-
-    async def _give_back_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await self._pool.putconn(conn)
 
     def _start(self, claimed: Claimed, group: asyncio.TaskGroup) -> None:
         """Take a slot for each claimed attempt and start it in ``group``."""

@@ -36,7 +36,7 @@ from psycopg_pool import AsyncConnectionPool
 from taskq import logs
 from taskq.backoff import Backoff
 from taskq.db import store
-from taskq.db.connection import ConnectionError_
+from taskq.db.connection import ConnectionError_, KeptConnection
 from taskq.model import ClaimedTask, Finished, Status, TaskOptions
 from taskq.outcome import Kind, Outcome
 from taskq.service import Service
@@ -148,7 +148,7 @@ class Completer(Service):
     ) -> None:
         super().__init__()
         self._log_payloads = log_payloads
-        self._pool = pool
+        self._conn = KeptConnection(pool)  # kept from batch to batch (KeptConnection)
         self._wake = wake
         self._claims_in_flight = claims_in_flight
         self._metrics = metrics
@@ -209,8 +209,11 @@ class Completer(Service):
     # --- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        while True:
-            await self.run_once()
+        try:
+            while True:
+                await self.run_once()
+        finally:
+            await self._conn.give_back()
 
     async def run_once(self) -> int:
         """Write one batch: what is queued now (waiting for the first item if none is); return
@@ -317,7 +320,8 @@ class Completer(Service):
                 cancelled.append(item)
             else:
                 failures.append(item)
-        async with self._pool.connection() as conn:
+        conn = await self._conn.get()
+        try:
             if successes:
                 await self._write_successes(conn, successes, retried)
                 successes = []
@@ -333,6 +337,9 @@ class Completer(Service):
             if releases:
                 await self._write_releases(conn, releases, retried)
                 releases = []
+        except BaseException:
+            await self._conn.give_back()  # the pool resets or replaces it
+            raise
         return [*successes, *failures, *dead, *cancelled, *releases]
 
     async def _write_successes(self, conn: Any, batch: list[Outcome], retried: bool) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import socket
+import types
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from taskq.db import store
@@ -18,11 +20,34 @@ from taskq.worker.completer import Completer
 from taskq.worker.inflight import ClaimsInFlight
 from taskq.worker.metrics import Metrics
 
+_IDLE = socket.socketpair()  # a socket nothing is ever sent to, for the whole session
+
+
+class FakeConn:
+    """Passes the check at checkout: open, and nothing waiting on its (idle) socket."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.pgconn = types.SimpleNamespace(
+            status=psycopg.pq.ConnStatus.OK, socket=_IDLE[0].fileno()
+        )
+
+    def close(self) -> None:
+        self.closed = True
+
 
 class FakePool:
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[Any]:
-        yield object()
+    def __init__(self) -> None:
+        self.handed_out: list[FakeConn] = []
+        self.given_back: list[FakeConn] = []
+
+    async def getconn(self) -> FakeConn:
+        conn = FakeConn()
+        self.handed_out.append(conn)
+        return conn
+
+    async def putconn(self, conn: FakeConn) -> None:
+        self.given_back.append(conn)
 
 
 def task(task_id: int, task_type: str = "job.x", max_retry_count: int = 5) -> ClaimedTask:
@@ -84,9 +109,10 @@ def new_completer(
     metrics: Metrics | None = None,
     capacity: int = 1000,
     claims_in_flight: ClaimsInFlight | None = None,
+    pool: FakePool | None = None,
 ) -> Completer:
     return Completer(
-        FakePool(),  # type: ignore[arg-type]
+        pool or FakePool(),  # type: ignore[arg-type]
         lambda t: TaskOptions(t),
         worker_id="w",
         metrics=metrics,
@@ -264,3 +290,71 @@ async def test_a_failed_claim_counts_as_answered() -> None:
         raise OSError("connection lost")
     assert len(claims) == 0
     await asyncio.wait_for(claims.settled(60), timeout=1)
+
+
+@pytest.fixture
+def written_on(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The connection each success batch was written on; the first write fails as a dropped
+    connection would when ``fail_first`` is in the list."""
+    seen: list[Any] = []
+
+    async def mark_success_many(conn: Any, ids: Any, tokens: Any, **kw: Any) -> set[int]:
+        if seen and seen[0] == "fail_first":
+            seen.pop(0)
+            seen.append(conn)
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        seen.append(conn)
+        return set(ids)
+
+    monkeypatch.setattr(store, "mark_success_many", mark_success_many)
+    return seen
+
+
+async def test_batches_are_written_on_one_kept_connection(written_on: list[Any]) -> None:
+    """The pool hands its connections out in turn; taken per batch, the completions went to
+    every backend of the pool, each planning them again."""
+    pool = FakePool()
+    completer = new_completer(pool=pool)
+    for n in range(1, 4):
+        completer.put(Outcome.success(task(n), 0.1))
+        await completer.run_once()
+    assert len(pool.handed_out) == 1
+    assert written_on == pool.handed_out * 3
+    assert pool.given_back == []
+
+
+async def test_a_kept_connection_the_server_closed_is_replaced(written_on: list[Any]) -> None:
+    pool = FakePool()
+    completer = new_completer(pool=pool)
+    completer.put(Outcome.success(task(1), 0.1))
+    await completer.run_once()
+    first = pool.handed_out[0]
+    first.close()  # a restart or a terminated backend, while it sat idle
+    completer.put(Outcome.success(task(2), 0.1))
+    await completer.run_once()
+    assert pool.given_back == [first]  # the pool discards or replaces it
+    assert written_on == [first, pool.handed_out[1]]
+
+
+async def test_a_failed_write_gives_its_connection_back(written_on: list[Any]) -> None:
+    pool = FakePool()
+    completer = new_completer(pool=pool)
+    written_on.append("fail_first")
+    completer.put(Outcome.success(task(1), 0.1))
+    await completer.run_once()  # fails, backs off, writes again
+    first, second = pool.handed_out
+    assert pool.given_back == [first]
+    assert written_on == [first, second]
+    assert completer.pending == 0
+
+
+async def test_a_stopped_completer_gives_its_connection_back(written_on: list[Any]) -> None:
+    pool = FakePool()
+    completer = new_completer(pool=pool)
+    completer.put(Outcome.success(task(1), 0.1))
+    running = asyncio.create_task(completer.run())
+    await completer.drain()
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    assert pool.given_back == pool.handed_out and len(pool.handed_out) == 1
