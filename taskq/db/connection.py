@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -189,8 +189,8 @@ class KeptConnection:
     backend plans every statement of the claim functions, 12-35 ms), and the database keeps
     several backends warm for work one could do. Kept, the connection is checked before each
     use as the pool checks at checkout (a round trip only when the server sent something to
-    the idle socket); a closed one is given back and another taken. ``give_back`` after any
-    error (the pool then resets or replaces it) and when the user stops.
+    the idle socket); a closed one is given back and another taken. ``use`` gives it back after
+    any error (the pool then resets or replaces it); the user calls ``give_back`` when it stops.
     """
 
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
@@ -213,6 +213,16 @@ class KeptConnection:
         conn, self._conn = self._conn, None
         if conn is not None:
             await self._pool.putconn(conn)
+
+    @contextlib.asynccontextmanager
+    async def use(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """The kept connection for one use; given back if the use raises."""
+        conn = await self.get()
+        try:
+            yield conn
+        except BaseException:
+            await self.give_back()
+            raise
 
 
 @contextlib.contextmanager

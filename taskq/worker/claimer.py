@@ -279,11 +279,11 @@ class Claimer(Service):
                 return []  # paused, stopped or throttled: wait for a control change or the poll
             self.claiming = True
             try:
-                with self._claims_in_flight.claiming():
-                    claimed = await self._claim(await self._conn.get(), policy)
+                async with self._conn.use() as conn:
+                    with self._claims_in_flight.claiming():
+                        claimed = await self._claim(conn, policy)
             except BaseException:
                 self.claiming = False
-                await self._conn.give_back()
                 raise
             self.claims += 1
             # A rate-limited type with due work says when its next token comes: look again then.
@@ -317,18 +317,16 @@ class Claimer(Service):
                 return None  # paused or throttled
             self.claiming = True
             try:
-                claimed = await store.claim_batch(
-                    await self._conn.get(),
-                    queue=self.queue,
-                    handlers=policy.handlers,
-                    limit=1,
-                    worker_id=self._worker_id,
-                    retries_only=policy.retries_only,
-                    isolated=True,
-                )
-            except BaseException:
-                await self._conn.give_back()
-                raise
+                async with self._conn.use() as conn:
+                    claimed = await store.claim_batch(
+                        conn,
+                        queue=self.queue,
+                        handlers=policy.handlers,
+                        limit=1,
+                        worker_id=self._worker_id,
+                        retries_only=policy.retries_only,
+                        isolated=True,
+                    )
             finally:
                 self.claiming = False
             self.claims += 1

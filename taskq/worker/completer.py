@@ -320,8 +320,7 @@ class Completer(Service):
                 cancelled.append(item)
             else:
                 failures.append(item)
-        conn = await self._conn.get()
-        try:
+        async with self._conn.use() as conn:
             if successes:
                 await self._write_successes(conn, successes, retried)
                 successes = []
@@ -337,9 +336,6 @@ class Completer(Service):
             if releases:
                 await self._write_releases(conn, releases, retried)
                 releases = []
-        except BaseException:
-            await self._conn.give_back()  # the pool resets or replaces it
-            raise
         return [*successes, *failures, *dead, *cancelled, *releases]
 
     async def _write_successes(self, conn: Any, batch: list[Outcome], retried: bool) -> None:
