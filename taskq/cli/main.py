@@ -41,6 +41,7 @@ from taskq.ops import dlq as dlq_ops
 from taskq.ops import tasks as tasks_ops
 from taskq.ops.formatting import age, payload_text, plain, safe
 from taskq.settings import ProtectionSettings, WorkerSettings, default
+from taskq.worker import gctuning
 from taskq.worker.memory import parse_size
 from taskq.worker.worker import Worker, parse_queues
 
@@ -328,6 +329,7 @@ def worker(
     SIGTERM or SIGINT drains gracefully; a second signal gives in-flight tasks back at once.
     """
     logs.configure(log_format, log_level)  # type: ignore[arg-type]
+    gctuning.before_app_import()
     app = load_app(app_spec)
     try:
         memory_limit = parse_size(max_memory) if max_memory else None
@@ -366,6 +368,7 @@ def worker(
     if settings.metrics_port and index:
         settings = dataclasses.replace(settings, metrics_port=settings.metrics_port + index)
     w = Worker(app, dsn=target, settings=settings)
+    gctuning.after_app_import()
     asyncio.run(_serve(w))
     if w.threads_busy():
         # A sync handler is still running in a thread we cannot kill (a forced stop, or an
