@@ -337,15 +337,15 @@ async def test_claimer_run_once_claims_at_most_its_free_slots(
     control = ControlWatcher(pool)
     claimer, reported, threads, runtime = await claimer_for(dsn, pool, app, 3, control)
     try:
-        async with asyncio.TaskGroup() as group:
-            claimed = await claimer.run_once(group)
-            assert len(claimed) == 3 and claimer.in_flight == 3
+        claimed = await claimer.run_once()
+        assert len(claimed) == 3 and claimer.in_flight == 3
+        await claimer.wait_attempts()
         assert sorted(o.kind.value for o in reported) == ["success"] * 3
         assert claimer.in_flight == 0 and claimer.claims == 1
         switches.pause(dsn, kind="queue", name="default")
         await control.run_once()
-        async with asyncio.TaskGroup() as group:
-            assert await claimer.run_once(group) == []
+        assert await claimer.run_once() == []
+        await claimer.wait_attempts()
         assert claimer.claims == 1  # paused: no claim statement at all
     finally:
         threads.shutdown()
@@ -375,21 +375,21 @@ async def test_an_idle_half_open_type_is_not_looked_for_on_every_claim_round(
     other, _, other_threads, other_runtime = await claimer_for(dsn, pool, app, 4, control)
     try:
         for _ in range(5):
-            async with asyncio.TaskGroup() as group:
-                assert len(await claimer.run_once(group)) == 4
+            assert len(await claimer.run_once()) == 4
+            await claimer.wait_attempts()
         assert claimer.claims == 5 and claimer.probe_tries == 1
         [b] = rows(dsn, "SELECT probe_worker, probed_empty_at FROM taskq.breakers")
         assert b["probe_worker"] is None and b["probed_empty_at"] is not None
-        async with asyncio.TaskGroup() as group:  # another worker: refused by the database
-            assert len(await other.run_once(group)) == 4
+        assert len(await other.run_once()) == 4  # another worker: refused by the database
+        await other.wait_attempts()
         assert other.probe_tries == 1
         [after] = rows(dsn, "SELECT probed_empty_at FROM taskq.breakers")
         assert after["probed_empty_at"] == b["probed_empty_at"]  # it did not look
         pending(dsn, 1, task_type="svc.partner")
         execute(dsn, "UPDATE taskq.breakers SET probed_empty_at = now() - interval '6 s'")
         other._probe_quiet.clear()  # its poll interval has passed
-        async with asyncio.TaskGroup() as group:
-            got = await other.run_once(group)
+        got = await other.run_once()
+        await other.wait_attempts()
         assert other.probe_tries == 2
         assert sorted(t.task_type for t in got) == ["svc.job"] * 3 + ["svc.partner"]
     finally:
@@ -426,8 +426,8 @@ async def test_the_claimer_keeps_its_connection_from_round_to_round(dsn: str) ->
         claimer, reported, threads, runtime = await claimer_for(dsn, pool, app, 1, control)
         try:
             for _ in range(4):
-                async with asyncio.TaskGroup() as group:
-                    assert len(await claimer.run_once(group)) == 1
+                assert len(await claimer.run_once()) == 1
+                await claimer.wait_attempts()
                 async with pool.connection() as other:  # the pool's other users, in between
                     await other.execute("SELECT 1")
             [first] = claim_backends(dsn)
@@ -436,8 +436,8 @@ async def test_the_claimer_keeps_its_connection_from_round_to_round(dsn: str) ->
                 lambda: not rows(dsn, f"SELECT 1 FROM pg_stat_activity WHERE pid = {first}"),
                 what="the claim backend gone",
             )
-            async with asyncio.TaskGroup() as group:
-                assert len(await claimer.run_once(group)) == 1  # no error: replaced first
+            assert len(await claimer.run_once()) == 1  # no error: replaced first
+            await claimer.wait_attempts()
             assert claimer.outage.outages == 0
             [second] = claim_backends(dsn)
             assert second != first
