@@ -199,21 +199,23 @@ async def test_the_claim_woken_with_the_outcomes_goes_out_before_their_write(
     assert calls["mark_success_many"] == [{"ids": [1, 2]}]
 
 
-async def test_a_batch_cancelled_while_it_steps_aside_still_marks_its_outcome_done(
+async def test_a_batch_cancelled_while_it_steps_aside_leaves_its_outcome_queued(
     calls: dict[str, list[dict[str, Any]]],
 ) -> None:
-    """A forced shutdown may cancel the completer anywhere: an outcome it took off the queue is
-    marked done whatever happens, so nothing waiting for the queue to empty waits forever."""
+    """A cancellation before the batch is taken (the step aside for the claimer) loses
+    nothing: the outcome stays queued, and the next call writes it."""
     completer = new_completer()
     completer.put(Outcome.success(task(1), 0.1))
     writing = asyncio.ensure_future(completer.run_once())
-    await asyncio.sleep(0)  # it took the outcome and steps aside for the claimer
+    await asyncio.sleep(0)  # it saw the outcome and steps aside for the claimer
     assert completer.pending == 1
     writing.cancel()
     with pytest.raises(asyncio.CancelledError):
         await writing
+    assert completer.pending == 1 and "mark_success_many" not in calls
+    assert await completer.run_once() == 1
     await asyncio.wait_for(completer.drain(), timeout=1)
-    assert completer.pending == 0 and "mark_success_many" not in calls
+    assert completer.pending == 0 and calls["mark_success_many"] == [{"ids": [1]}]
 
 
 async def test_the_batch_waits_for_the_claim_in_flight_and_goes_before_its_attempts(
