@@ -68,14 +68,14 @@ class TaskContext:
         task: ClaimedTask,
         *,
         worker_id: str,
-        reporter: Callable[[], ProgressReporter],
+        reporter: Callable[[ClaimedTask], ProgressReporter],
         runtime: Runtime | None = None,
     ) -> None:
         self._task = task
         self._make_reporter = reporter
         self._reporter: ProgressReporter | None = None
         self._runtime = runtime
-        self._context: JSON = task.context or {}
+        self._context: JSON = task.context  # None: no checkpoint (``context`` gives {})
         self._conn: psycopg.Connection[Any] | None = None
         self._aconn: psycopg.AsyncConnection[Any] | None = None
         self.worker_id = worker_id
@@ -182,7 +182,7 @@ class TaskContext:
         pct = max(0.0, min(100.0, float(percent)))
         value = {"percent": pct, "message": message}
         if self._reporter is None:
-            self._reporter = self._make_reporter()
+            self._reporter = self._make_reporter(self._task)
         self._reporter.submit(json.dumps(value, separators=(",", ":")))
 
     # --- stage checkpoints -----------------------------------------------------------------

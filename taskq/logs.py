@@ -10,9 +10,12 @@ from __future__ import annotations
 import logging
 import sys
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
+
+if TYPE_CHECKING:
+    from taskq.model import ClaimedTask
 
 LogFormat = Literal["auto", "json", "console"]
 _LEVELS = {
@@ -25,11 +28,14 @@ _LEVELS = {
 
 _enabled_from = logging.DEBUG  # until configured, structlog prints everything
 
-TASK_FIELDS: ContextVar[dict[str, Any] | None] = ContextVar("taskq_task_fields", default=None)
-"""The running task's keys (task_id, task_type, biz_id, trace_id, attempt, worker_id), set once
-per attempt by the executor. One variable rather than one per key (structlog's
-bound_contextvars): binding six context variables per task was a measurable share of a busy
-worker's time."""
+TASK_FIELDS: ContextVar[tuple[ClaimedTask, str, bool] | None] = ContextVar(
+    "taskq_task_fields", default=None
+)
+"""The running attempt: its task, the worker's id, and whether its payload is logged
+(``--log-payloads``); set once per attempt by the executor. The keys (task_id, task_type,
+biz_id, trace_id, attempt, worker_id) are built from it only when an event is logged: one
+variable rather than one per key (structlog's bound_contextvars, six per task, was a measurable
+share of a busy worker's time), and no dict per attempt for the many that log nothing."""
 
 
 def merge_task_fields(
@@ -37,10 +43,17 @@ def merge_task_fields(
 ) -> structlog.typing.EventDict:
     """structlog processor: adds the running task's keys to every event logged inside it,
     including the handler's own. Add it to your chain if you configure structlog yourself."""
-    fields = TASK_FIELDS.get()
-    if fields:
-        for key, value in fields.items():
-            event_dict.setdefault(key, value)
+    attempt = TASK_FIELDS.get()
+    if attempt is not None:
+        task, worker_id, with_payload = attempt
+        event_dict.setdefault("task_id", task.id)
+        event_dict.setdefault("task_type", task.task_type)
+        event_dict.setdefault("biz_id", task.biz_id)
+        event_dict.setdefault("trace_id", task.trace_id)
+        event_dict.setdefault("attempt", task.retry_count)
+        event_dict.setdefault("worker_id", worker_id)
+        if with_payload:
+            event_dict.setdefault("payload", task.payload)
     return event_dict
 
 

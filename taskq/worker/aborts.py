@@ -27,14 +27,14 @@ class Aborts:
         self._running: dict[int, TaskContext] = {}
         self._early: dict[int, float] = {}
 
-    def add(self, ctx: TaskContext) -> None:
-        self._running[ctx.task_id] = ctx
-        if self._early.pop(ctx.task_id, None) is not None:
+    def add(self, task_id: int, ctx: TaskContext) -> None:
+        self._running[task_id] = ctx
+        if self._early and self._early.pop(task_id, None) is not None:
             self._abort(ctx)
 
-    def remove(self, ctx: TaskContext) -> None:
-        if self._running.get(ctx.task_id) is ctx:
-            del self._running[ctx.task_id]
+    def remove(self, task_id: int, ctx: TaskContext) -> None:
+        if self._running.get(task_id) is ctx:
+            del self._running[task_id]
 
     def request(self, task_ids: Iterable[int]) -> None:
         """Abort these attempts if they run here (call on the event loop)."""

@@ -81,64 +81,36 @@ class Executor:
     async def run(self, task: ClaimedTask, report: Callable[[Outcome], None]) -> None:
         """Run ``task`` and call ``report`` once with its outcome (not at all when the lease
         was lost). Returns when the slot is free again. Cancellation (a forced shutdown, a
-        lost lease) propagates without a report."""
+        lost lease) propagates, after an async attempt has reported itself released."""
         handler = self._app.tasks[task.task_type]
-        loop = self._deadlines.loop()
-
-        def make_reporter() -> ProgressReporter:
-            """Built on the first ctx.progress() only: most handlers never report progress."""
-
-            async def write_progress(value_json: str) -> bool:
-                async with self._runtime.async_connection() as conn:
-                    return await store.set_progress(
-                        conn, task_id=task.id, token=task.effective_id, progress_json=value_json
-                    )
-
-            return ProgressReporter(
-                loop, write_progress, min_interval_seconds=self._progress_interval
-            )
-
         ctx = TaskContext(
-            task, worker_id=self._worker_id, reporter=make_reporter, runtime=self._runtime
+            task, worker_id=self._worker_id, reporter=self._new_reporter, runtime=self._runtime
         )
-        bound: dict[str, Any] = {
-            "task_id": task.id,
-            "task_type": task.task_type,
-            "biz_id": task.biz_id,
-            "trace_id": task.trace_id,
-            "attempt": task.retry_count,
-            "worker_id": self._worker_id,
-        }
-        if self._log_payloads:
-            bound["payload"] = task.payload
-        token = logs.TASK_FIELDS.set(bound)
-        sent = False
-
-        def report_once(outcome: Outcome) -> None:
-            nonlocal sent
-            sent = True
-            report(outcome)
-
-        self._aborts.add(ctx)
+        token = logs.TASK_FIELDS.set((task, self._worker_id, self._log_payloads))
+        self._aborts.add(task.id, ctx)
         try:
-            with tracing.attempt_span(task, self._worker_id) as attempt:
-                started = time.monotonic()
-                try:
-                    await self._attempt(handler, ctx, task, attempt.reporting(report_once))
-                except asyncio.CancelledError:
-                    if handler.is_async and not sent:
-                        # The handler's coroutine has ended: this attempt can no longer run.
-                        report_once(
-                            Outcome.released(
-                                task,
-                                time.monotonic() - started,
-                                "Interrupted: worker shutting down",
-                            )
-                        )
-                    raise
+            span = tracing.attempt_span(task, self._worker_id)
+            if span is None:  # tracing off: nothing to enter
+                await self._attempt(handler, ctx, task, report)
+            else:
+                with span as attempt:
+                    await self._attempt(handler, ctx, task, attempt.reporting(report))
         finally:
-            self._aborts.remove(ctx)
+            self._aborts.remove(task.id, ctx)
             logs.TASK_FIELDS.reset(token)
+
+    def _new_reporter(self, task: ClaimedTask) -> ProgressReporter:
+        """Built on the first ctx.progress() only: most handlers never report progress."""
+
+        async def write_progress(value_json: str) -> bool:
+            async with self._runtime.async_connection() as conn:
+                return await store.set_progress(
+                    conn, task_id=task.id, token=task.effective_id, progress_json=value_json
+                )
+
+        return ProgressReporter(
+            self._deadlines.loop(), write_progress, min_interval_seconds=self._progress_interval
+        )
 
     async def _attempt(
         self,
@@ -154,14 +126,21 @@ class Executor:
             if handler.options.idempotent and not task.biz_id:
                 report(Outcome.dead(task, 0.0, Permanent("idempotent task has no biz_id")))
             elif handler.is_async:
-                outcome = await self._run_async(handler, ctx, task, started)
-                if outcome is not None:
-                    report(outcome)
+                # Nothing is awaited after the report: a cancellation always comes before it.
+                report(await self._run_async(handler, ctx, task, started))
             else:
                 await self._run_sync(handler, ctx, task, started, report)
         except asyncio.CancelledError:
             if ctx._reporter is not None:
                 ctx._reporter.cancel()
+            if handler.is_async:
+                # The handler's coroutine has ended without an outcome: this attempt can no
+                # longer run. (A sync thread cannot be stopped: see _run_sync.)
+                report(
+                    Outcome.released(
+                        task, time.monotonic() - started, "Interrupted: worker shutting down"
+                    )
+                )
             raise
 
     async def _run_async(
@@ -180,18 +159,19 @@ class Executor:
                     duplicate = not await store.arecord_business_key(conn, task)
                     if not duplicate:
                         ran = True
-                        async with ctx._aattached(conn), scope:
-                            _arm(ctx, scope)
-                            try:
-                                await handler.fn(ctx, task.payload)
-                            finally:
-                                ctx._abort = None
+                        async with ctx._aattached(conn):
+                            with scope:
+                                _arm(ctx, scope)
+                                try:
+                                    await handler.fn(ctx, task.payload)
+                                finally:
+                                    ctx._abort = None
                     await _flush(ctx)
                     if not await acommit_success(conn, task, duplicate=duplicate):
                         raise LeaseLost(f"task {task.id}: attempt taken away; rolled back")
                 return Outcome.committed(task, time.monotonic() - started, duplicate=duplicate)
             ran = True
-            async with scope:
+            with scope:
                 _arm(ctx, scope)
                 try:
                     await handler.fn(ctx, task.payload)
@@ -205,7 +185,8 @@ class Executor:
             if not ran and isinstance(exc, ConnectionError_):
                 return _unreachable(task, started, exc)
             return classify(task, time.monotonic() - started, exc, ctx)
-        await _flush(ctx)
+        if ctx._reporter is not None:
+            await _flush(ctx)
         return Outcome.success(task, time.monotonic() - started)
 
     async def _run_sync(
@@ -297,7 +278,8 @@ class Deadline:
     """One async attempt's timeout: ``asyncio.timeout`` semantics (the attempt's asyncio task is
     cancelled when it is due, and leaving the block turns that cancellation into
     ``TimeoutError``), but timed by its executor's one shared timer (``Deadlines``) instead
-    of a timer handle of its own per attempt."""
+    of a timer handle of its own per attempt. A plain (not async) context manager: entering
+    and leaving awaits nothing, and two coroutines per attempt were measurable."""
 
     __slots__ = ("_cancelling", "_owner", "_state", "_task", "timeout", "when")
 
@@ -311,7 +293,7 @@ class Deadline:
         self.timeout = timeout
         self.when = 0.0
 
-    async def __aenter__(self) -> Deadline:
+    def __enter__(self) -> Deadline:
         if self._state != Deadline._CREATED:
             raise RuntimeError("a Deadline is entered once")
         task = asyncio.current_task(self._owner.loop())
@@ -324,7 +306,7 @@ class Deadline:
             self._owner.add(self)
         return self
 
-    async def __aexit__(
+    def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,

@@ -491,7 +491,9 @@ def test_context_helpers_refuse_the_wrong_flavour() -> None:
         async def write(value: str) -> bool:
             return True
 
-        ctx = taskq.TaskContext(task, worker_id="w", reporter=lambda: ProgressReporter(loop, write))
+        ctx = taskq.TaskContext(
+            task, worker_id="w", reporter=lambda _task: ProgressReporter(loop, write)
+        )
         with pytest.raises(taskq.TaskqError, match="idempotent"):
             _ = ctx.conn
 

@@ -1,6 +1,7 @@
 """The worker's hot-path shortcuts keep the semantics of what they replace: one shared timer
 for attempt timeouts (``asyncio.timeout``), per-batch metric updates (one ``inc``/``observe``
-per task), no span when no OpenTelemetry SDK is configured."""
+per task), no span when no OpenTelemetry SDK is configured, log keys built only when an event
+is logged."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import uuid
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from taskq import tracing
+from taskq import logs, tracing
 from taskq.model import ClaimedTask
 from taskq.outcome import Outcome
 from taskq.worker.executor import Deadlines
@@ -23,9 +24,8 @@ from taskq.worker.metrics import Metrics, observe_many
 async def test_a_deadline_that_falls_due_cancels_the_block_with_timeout_error() -> None:
     deadlines = Deadlines()
     scope = deadlines.scope(0.02)
-    with pytest.raises(TimeoutError):
-        async with scope:
-            await asyncio.sleep(5)
+    with pytest.raises(TimeoutError), scope:
+        await asyncio.sleep(5)
     assert scope.expired()
     assert len(deadlines) == 0
 
@@ -33,7 +33,7 @@ async def test_a_deadline_that_falls_due_cancels_the_block_with_timeout_error() 
 async def test_a_block_that_ends_in_time_is_not_touched_by_the_timer() -> None:
     deadlines = Deadlines()
     scope = deadlines.scope(0.02)
-    async with scope:
+    with scope:
         await asyncio.sleep(0)
     assert len(deadlines) == 0
     await asyncio.sleep(0.05)  # the timer fires, finds nothing due
@@ -46,7 +46,7 @@ async def test_deadlines_of_different_lengths_each_expire_on_their_own() -> None
 
     async def attempt(name: str, limit: float, work: float) -> None:
         try:
-            async with deadlines.scope(limit):
+            with deadlines.scope(limit):
                 await asyncio.sleep(work)
             ended[name] = "done"
         except TimeoutError:
@@ -72,11 +72,10 @@ async def test_expire_soon_ends_the_block_at_once_like_reschedule_zero() -> None
     scope = deadlines.scope(60)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    with pytest.raises(TimeoutError):
-        async with scope:
-            scope.expire_soon()
-            scope.expire_soon()  # twice: still one cancellation
-            await asyncio.sleep(5)
+    with pytest.raises(TimeoutError), scope:
+        scope.expire_soon()
+        scope.expire_soon()  # twice: still one cancellation
+        await asyncio.sleep(5)
     assert loop.time() - started < 1
     assert scope.expired()
 
@@ -86,7 +85,7 @@ async def test_a_cancellation_from_outside_is_not_swallowed_as_a_timeout() -> No
     inside = asyncio.Event()
 
     async def attempt() -> None:
-        async with deadlines.scope(60) as scope:
+        with deadlines.scope(60) as scope:
             inside.set()
             scope.expire_soon()
             asyncio.current_task().cancel()  # type: ignore[union-attr]  # a shutdown, too
@@ -100,7 +99,7 @@ async def test_a_cancellation_from_outside_is_not_swallowed_as_a_timeout() -> No
 
 async def test_without_a_timeout_nothing_is_timed() -> None:
     deadlines = Deadlines()
-    async with deadlines.scope(None):
+    with deadlines.scope(None):
         assert len(deadlines) == 0
         await asyncio.sleep(0.01)
 
@@ -199,13 +198,13 @@ def test_without_an_sdk_a_stored_traceparent_is_still_current_for_the_handler() 
         pytest.skip("an SDK provider is set in this process (the otel integration test)")
     trace = tracing._otel()
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    with tracing.attempt_span(_with_traceparent(parent), "w"):
+    span = tracing.attempt_span(_with_traceparent(parent), "w")
+    assert span is not None
+    with span:
         found, trace_id = tracing.current()
     assert found == parent
     assert trace_id == "0af7651916cd43dd8448eb211c80319c"
-    with tracing.attempt_span(_with_traceparent(None), "w") as attempt:
-        assert not trace.get_current_span().get_span_context().is_valid
-        assert attempt.reporting(print) is print  # no span: the report is not wrapped
+    assert tracing.attempt_span(_with_traceparent(None), "w") is None  # nothing to enter
     assert not trace.get_current_span().get_span_context().is_valid
 
 
@@ -213,3 +212,31 @@ def _with_traceparent(traceparent: str | None) -> ClaimedTask:
     t = _task(1, "a", 0, None)
     t.traceparent = traceparent
     return t
+
+
+# --- log keys of the running attempt ---------------------------------------------------------
+
+
+def test_an_event_logged_inside_an_attempt_gets_its_keys_and_keeps_its_own() -> None:
+    task = _task(7, "a.b", 2, None)
+    task.biz_id, task.trace_id, task.payload = "order-1", "f" * 32, {"secret": 1}
+    token = logs.TASK_FIELDS.set((task, "w-1", False))
+    try:
+        event = logs.merge_task_fields(None, "info", {"event": "x", "attempt": "mine"})
+    finally:
+        logs.TASK_FIELDS.reset(token)
+    assert event == {
+        "event": "x",
+        "task_id": 7,
+        "task_type": "a.b",
+        "biz_id": "order-1",
+        "trace_id": "f" * 32,
+        "attempt": "mine",  # the event's own value wins
+        "worker_id": "w-1",
+    }
+    token = logs.TASK_FIELDS.set((task, "w-1", True))  # --log-payloads
+    try:
+        assert logs.merge_task_fields(None, "info", {})["payload"] == {"secret": 1}
+    finally:
+        logs.TASK_FIELDS.reset(token)
+    assert logs.merge_task_fields(None, "info", {"event": "y"}) == {"event": "y"}  # outside
