@@ -3,6 +3,7 @@ was committed while the claim statement ran."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -10,6 +11,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from taskq.db.sqlfiles import query
+from taskq.db.store.claim import claim_batch
+from taskq.model import TaskOptions
 from tests import factories
 from tests.support import nested_plans, wait_until_sync
 
@@ -204,3 +207,36 @@ def test_the_claim_returns_when_each_row_became_runnable(dsn: str) -> None:
             found = cur.execute(query("claim_batch"), {**PARAMS, "task_types": ["t"]}).fetchall()
     claimed = {r["id"]: r["ready_at"] for r in found if r["id"] is not None}
     assert claimed == before
+
+
+async def test_claimed_payloads_decode_as_json_loads_reads_them(dsn: str) -> None:
+    """The claim's jsonb loader skips ``json.loads``' encoding detection and whitespace
+    matching (jsonb output has neither a BOM nor blanks around the value): any payload must
+    still come back as ``json.loads`` reads PostgreSQL's text of it."""
+    payloads = [
+        '{"a": [1, 2.5, null, true], "b": {"c": "d"}}',
+        '"just a string"',
+        "42",
+        "null",
+        "[]",
+        '{"unicode": "żółć 漢字 \\"quoted\\" \\\\ tab\\t"}',
+        '{"big": 123456789012345678901234567890, "exp": 1e-7}',
+    ]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for payload in payloads:
+            conn.execute(
+                "INSERT INTO taskq.tasks (task_type, payload) VALUES ('t', %s::jsonb)", [payload]
+            )
+        texts = [
+            json.loads(r[0])
+            for r in conn.execute("SELECT payload::text FROM taskq.tasks ORDER BY id").fetchall()
+        ]
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+        claimed = await claim_batch(
+            aconn,
+            queue="default",
+            handlers=[TaskOptions(task_type="t")],
+            limit=20,
+            worker_id="w",
+        )
+    assert [t.payload for t in sorted(claimed, key=lambda t: t.id)] == texts
