@@ -165,12 +165,11 @@ class Completer(Service):
         self._room = asyncio.Event()
         self._room.set()
         self._writing = 0  # items taken off the queue, not yet written
-        self._unwritten: dict[int, int] = {}  # task id -> items queued or being written
-        # The attempts written last (id, token), oldest first: a heartbeat's stray report
-        # computed before one of them was written must not hand it back in again.
-        self._written: collections.OrderedDict[tuple[int, uuid.UUID], None] = (
-            collections.OrderedDict()
-        )
+        self._batch: list[Item] = []  # the batch being written
+        # The tokens of the attempts written last, oldest first: a heartbeat's stray report
+        # computed before one of them was written must not hand it back in again. (A token
+        # names one attempt: its row's id is in it, and a new one is drawn at every claim.)
+        self._written: collections.OrderedDict[uuid.UUID, None] = collections.OrderedDict()
         self._backoff = Backoff(initial=0.05, cap=5.0)
 
     # --- intake -----------------------------------------------------------------------------
@@ -189,8 +188,6 @@ class Completer(Service):
         if len(items) == 1:
             self._arrived.set()
             self._all_written.clear()
-        key = _id(item)
-        self._unwritten[key] = self._unwritten.get(key, 0) + 1
         if len(items) + self._writing >= self.capacity:
             self._room.clear()
 
@@ -199,12 +196,14 @@ class Completer(Service):
         """Outcomes not yet written (queued, or in the batch being written)."""
         return len(self._items) + self._writing
 
-    def unwritten(self, task_id: int) -> bool:
-        return task_id in self._unwritten
+    def unwritten(self) -> set[int]:
+        """The task ids of the outcomes queued or being written. Built when asked (by the
+        heartbeat's stray check), rather than counted at every outcome."""
+        return {_id(item) for item in self._items} | {_id(item) for item in self._batch}
 
-    def written(self, task_id: int, token: uuid.UUID) -> bool:
+    def written(self, token: uuid.UUID) -> bool:
         """This attempt's outcome was written lately (the last ``RECENT`` attempts)."""
-        return (task_id, token) in self._written
+        return token in self._written
 
     @property
     def room(self) -> asyncio.Event:
@@ -244,21 +243,16 @@ class Completer(Service):
             # the database more per task than sent after it.
             if self._claims_in_flight is not None:
                 await self._claims_in_flight.settled(CLAIM_WAIT_SECONDS)
-            batch = self._items[:MAX_BATCH]
+            batch = self._batch = self._items[:MAX_BATCH]
             del self._items[:MAX_BATCH]
             self._writing = len(batch)
             await self._write_until_done(self._already_written(batch))
         finally:
             self._writing = 0
-            written, unwritten = self._written, self._unwritten
+            self._batch = []
+            written = self._written
             for item in batch:
-                key = _id(item)
-                written[(key, _token(item))] = None
-                left = unwritten.get(key, 1) - 1
-                if left <= 0:
-                    unwritten.pop(key, None)
-                else:
-                    unwritten[key] = left
+                written[_token(item)] = None
             while len(self._written) > RECENT:
                 self._written.popitem(last=False)
             if not self._items:

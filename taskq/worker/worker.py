@@ -196,11 +196,12 @@ class Worker:
         if self._completer is None or any(c.claiming for c in self.claimers.values()):
             return
         completer = self._completer
+        unwritten = completer.unwritten()
         found = [
             (task_id, token)
             for task_id, token in strays
-            if not completer.unwritten(task_id)
-            and not completer.written(task_id, token)
+            if task_id not in unwritten
+            and not completer.written(token)
             and not any(c.holds(task_id) for c in self.claimers.values())
         ]
         if found:

@@ -360,3 +360,31 @@ async def test_a_stopped_completer_gives_its_connection_back(written_on: list[An
     with contextlib.suppress(asyncio.CancelledError):
         await running
     assert pool.given_back == pool.handed_out and len(pool.handed_out) == 1
+
+
+async def test_the_stray_check_sees_outcomes_queued_being_written_and_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The heartbeat hands back rows this worker holds but does not run, unless their outcome
+    is queued, in the batch being written, or written lately (its report was stale)."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_success(conn: Any, ids: Any, tokens: Any, **kw: Any) -> set[int]:
+        entered.set()
+        await release.wait()
+        return set(ids)
+
+    monkeypatch.setattr(store, "mark_success_many", slow_success)
+    completer = new_completer()
+    first, second = task(1), task(2)
+    completer.put(Outcome.success(first, 0.1))
+    assert completer.unwritten() == {1} and not completer.written(first.effective_id)
+    writing = asyncio.ensure_future(completer.run_once())
+    await entered.wait()
+    completer.put(Outcome.success(second, 0.1))
+    assert completer.unwritten() == {1, 2}  # one being written, one queued
+    release.set()
+    assert await writing == 1
+    assert completer.unwritten() == {2}
+    assert completer.written(first.effective_id) and not completer.written(second.effective_id)
+    assert not completer.written(uuid.uuid4())  # another attempt of a row is not this one
