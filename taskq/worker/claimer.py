@@ -469,8 +469,9 @@ class Claimer(Service):
         self._probe_quiet[task_type] = time.monotonic() + jittered(self._poll)
 
     def _reported(self, outcome: Outcome) -> None:
-        self._live.pop(outcome.task.id, None)
-        if outcome.task.id in self._lost:
+        task_id = outcome.task.id
+        self._live.pop(task_id, None)
+        if self._lost and task_id in self._lost:
             return  # taken away: logged once when the heartbeat found it; a write would miss
         self._report(outcome)
 
@@ -480,10 +481,12 @@ class Claimer(Service):
         except Exception:  # loop boundary: the executor reports handler errors itself
             log.exception("executor_failed", task_id=task.id)
         finally:
-            self._in_flight.pop(task.id, None)
-            self._live.pop(task.id, None)
-            self._lost.discard(task.id)
-            self._tasks.pop(task.id, None)
+            task_id = task.id
+            self._in_flight.pop(task_id, None)
+            self._live.pop(task_id, None)
+            if self._lost:
+                self._lost.discard(task_id)
+            self._tasks.pop(task_id, None)
             if not self._in_flight:
                 self.idle.set()
             self._changed.set()
