@@ -489,10 +489,10 @@ class App:
         """
         params = self._params(task_type, payload, options)
         on_duplicate = options.get("on_duplicate", "return")
-        if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
-            return self._ainsert_one(conn, params, on_duplicate)
-        if isinstance(conn, psycopg.Connection | psycopg.Cursor):
+        if isinstance(conn, _PSYCOPG_SYNC):
             return self._insert_one(conn, params, on_duplicate)
+        if isinstance(conn, _PSYCOPG_ASYNC):
+            return self._ainsert_one(conn, params, on_duplicate)
         return _through(
             conn,
             lambda driver: self._insert_one(driver, params, on_duplicate),
@@ -814,6 +814,10 @@ _COLUMNS = {
     "concurrency_keys": "concurrency_key",
     "traceparents": "traceparent",
 }
+
+
+_PSYCOPG_SYNC = (psycopg.Connection, psycopg.Cursor)
+_PSYCOPG_ASYNC = (psycopg.AsyncConnection, psycopg.AsyncCursor)
 
 
 def _through(

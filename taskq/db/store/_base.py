@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
 
 import psycopg
@@ -44,13 +44,29 @@ async def _aall(
         return await cur.fetchall()
 
 
-@contextlib.contextmanager
-def schema_required() -> Iterator[None]:
+class _SchemaRequired:
+    """A plain class, not ``contextlib.contextmanager``: every enqueue enters one, and a
+    generator-based context manager costs a generator and three calls each time."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, psycopg.Error) and missing_schema(exc):
+            raise SchemaMissing(first_line(exc)) from None
+
+
+_SCHEMA_REQUIRED = _SchemaRequired()
+
+
+def schema_required() -> _SchemaRequired:
     """Turn "relation taskq.tasks does not exist" into ``SchemaMissing`` ("run taskq migrate")
     for callers of the public API, instead of a raw psycopg error."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        if missing_schema(exc):
-            raise SchemaMissing(first_line(exc)) from None
-        raise
+    return _SCHEMA_REQUIRED

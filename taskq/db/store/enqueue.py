@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import tuple_row
 
 from taskq.db.sqlfiles import positional, query
 from taskq.db.store._base import (
@@ -21,11 +22,13 @@ from taskq.errors import InvalidTask
 
 
 def insert_task(target: SyncTarget, params: Mapping[str, Any]) -> int | None:
-    """The new id, or None when a live task holds the same unique key."""
-    with _sync_cursor(target) as cur:
+    """The new id, or None when a live task holds the same unique key. (A tuple row: one
+    column, no dict of names to build per enqueue.)"""
+    conn = target.connection if isinstance(target, psycopg.Cursor) else target
+    with conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(query("insert_task"), params)
         row = cur.fetchone()
-    return int(row["id"]) if row else None
+    return int(row[0]) if row else None
 
 
 async def ainsert_task(target: AsyncTarget | Any, params: Mapping[str, Any]) -> int | None:
@@ -33,10 +36,11 @@ async def ainsert_task(target: AsyncTarget | Any, params: Mapping[str, Any]) -> 
     if not _is_psycopg(target):
         found = await _asyncpg_rows(target, "insert_task", params)
         return int(found[0]["id"]) if found else None
-    async with _async_cursor(target) as cur:
+    conn = target.connection if isinstance(target, psycopg.AsyncCursor) else target
+    async with conn.cursor(row_factory=tuple_row) as cur:
         await cur.execute(query("insert_task"), params)
         row = await cur.fetchone()
-    return int(row["id"]) if row else None
+    return int(row[0]) if row else None
 
 
 def insert_tasks(target: SyncTarget, params: Mapping[str, Any]) -> list[Row]:
