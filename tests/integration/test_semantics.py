@@ -670,3 +670,16 @@ def test_requeue_refuses_to_break_uniqueness(dsn: str) -> None:
     assert "a live task holds the same unique key" in result.stderr
     assert "Traceback" not in result.stderr
     assert status_of(dsn, dead)["status"] == "DEAD_LETTER"
+
+
+async def test_enqueue_without_the_schema_says_run_taskq_migrate(empty_dsn: str) -> None:
+    """Sync and async, the public enqueue turns the missing table into one clear error."""
+    app = taskq.App(dsn=empty_dsn)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        with pytest.raises(taskq.SchemaMissing, match="migrate"):
+            app.enqueue(conn, "some.type", {"a": 1})
+        with pytest.raises(taskq.SchemaMissing, match="migrate"):
+            app.enqueue_many(conn, [{"task_type": "some.type"}])
+    async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as aconn:
+        with pytest.raises(taskq.SchemaMissing, match="migrate"):
+            await app.enqueue(aconn, "some.type", {"a": 1})
