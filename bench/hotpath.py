@@ -53,7 +53,7 @@ from taskq.worker.inflight import ClaimsInFlight
 from taskq.worker.metrics import Metrics
 
 SLOTS = 100
-PAYLOAD = json.dumps(payload_200(1)).encode()  # as PostgreSQL sends a jsonb column
+PAYLOAD = b"\x01" + json.dumps(payload_200(1)).encode()  # a jsonb column, binary format
 TOKEN = uuid.uuid4().bytes[:10]
 
 

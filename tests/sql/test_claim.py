@@ -8,10 +8,11 @@ import threading
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 from taskq.db.sqlfiles import query
-from taskq.db.store.claim import claim_batch
+from taskq.db.store.claim import _PayloadLoader, claim_batch
 from taskq.model import TaskOptions
 from tests import factories
 from tests.support import nested_plans, wait_until_sync
@@ -240,3 +241,10 @@ async def test_claimed_payloads_decode_as_json_loads_reads_them(dsn: str) -> Non
             worker_id="w",
         )
     assert [t.payload for t in sorted(claimed, key=lambda t: t.id)] == texts
+
+
+def test_a_jsonb_binary_value_of_an_unknown_version_is_refused() -> None:
+    loader = _PayloadLoader(0)
+    assert loader.load(b'\x01{"a": [1, "b"]}') == {"a": [1, "b"]}
+    with pytest.raises(psycopg.DataError, match="unknown jsonb binary format"):
+        loader.load(b'\x02{"a": 1}')
