@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from taskq.db.sqlfiles import query
 from taskq.db.store._base import (
@@ -37,9 +38,12 @@ async def mark_success_many(
     *,
     outcome: str = "success",
 ) -> set[int]:
-    async with _async_cursor(conn) as cur:
-        await cur.execute(query("mark_success_many"), _success_params(ids, tokens, outcome))
-        return {int(r["id"]) for r in await cur.fetchall()}
+    # Tuple rows in binary format: the ids come back as integers, no dict or text per row.
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(
+            query("mark_success_many"), _success_params(ids, tokens, outcome), binary=True
+        )
+        return {r[0] for r in await cur.fetchall()}
 
 
 def mark_success_many_sync(
@@ -50,9 +54,9 @@ def mark_success_many_sync(
     outcome: str = "success",
 ) -> set[int]:
     """The same statement from a sync handler's thread (the idempotent transaction)."""
-    with _sync_cursor(conn) as cur:
-        cur.execute(query("mark_success_many"), _success_params(ids, tokens, outcome))
-        return {int(r["id"]) for r in cur.fetchall()}
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("mark_success_many"), _success_params(ids, tokens, outcome), binary=True)
+        return {r[0] for r in cur.fetchall()}
 
 
 def _finished(rows: list[Row]) -> dict[int, Finished]:
