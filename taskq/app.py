@@ -487,7 +487,10 @@ class App:
         :class:`taskq.AlreadyEnqueued` with ``on_duplicate="raise"``. ``ordering_key`` makes
         tasks sharing it run one at a time, in enqueue order.
         """
-        params = self._params(task_type, payload, options)
+        if options:
+            params = self._params(task_type, payload, options)
+        else:
+            params = self._plain_params(task_type, payload, *tracing.current())
         on_duplicate = options.get("on_duplicate", "return")
         if isinstance(conn, _PSYCOPG_SYNC):
             return self._insert_one(conn, params, on_duplicate)
@@ -553,26 +556,28 @@ class App:
                     raise InvalidTask("an enqueue item needs a task_type")
                 fields = raw
                 if _is_plain(raw):
-                    every.append(self._plain_params(raw, traceparent, span_trace_id))
+                    every.append(
+                        self._plain_params(
+                            raw["task_type"], raw.get("payload"), traceparent, span_trace_id
+                        )
+                    )
                     continue
             every.append(self._params(fields["task_type"], fields.get("payload"), fields))
         return every
 
     def _plain_params(
-        self, raw: Mapping[str, Any], traceparent: str | None, span_trace_id: str | None
+        self, task_type: str, payload: JSON, traceparent: str | None, span_trace_id: str | None
     ) -> dict[str, Any]:
-        """An item with only a task type and a payload, the usual bulk item: every field but
-        the payload and the trace is the same for all items of the type, so the checked
-        params of its first item are kept and copied (a bulk enqueue spends its Python time
-        here: about 3 us an item less than _params)."""
-        task_type = raw["task_type"]
+        """A task type and a payload, nothing else (the usual bulk item, and an enqueue without
+        options): every field but the payload and the trace is the same for all tasks of the
+        type, so the checked params of its first one are kept and copied (about 3 us a task
+        less than _params)."""
         base = self._plain.get(task_type) if isinstance(task_type, str) else None
         if base is None:
-            params = self._params(task_type, raw.get("payload"), raw)
+            params = self._params(task_type, payload, {})
             if len(self._plain) < 1_000:
                 self._plain[task_type] = dict(params)
             return params
-        payload = raw.get("payload")
         params = base.copy()
         params["payload"] = encode_payload(
             {} if payload is None else payload, self.max_payload_bytes
@@ -646,7 +651,10 @@ class App:
         COPY streams, while the server inserts the rows before it (store.copy_plain_tasks)."""
         with schema_required():
             traceparent, span_trace_id = tracing.current()
-            rows = (self._plain_params(raw, traceparent, span_trace_id) for raw in batch)
+            rows = (
+                self._plain_params(raw["task_type"], raw.get("payload"), traceparent, span_trace_id)
+                for raw in batch
+            )
             ids = store.copy_plain_tasks(conn, len(batch), rows)
             if ids is not None:
                 return ids
@@ -655,7 +663,10 @@ class App:
     async def _astream_plain(self, conn: store.AsyncTarget, batch: list[Any]) -> list[int]:
         with schema_required():
             traceparent, span_trace_id = tracing.current()
-            rows = (self._plain_params(raw, traceparent, span_trace_id) for raw in batch)
+            rows = (
+                self._plain_params(raw["task_type"], raw.get("payload"), traceparent, span_trace_id)
+                for raw in batch
+            )
             ids = await store.acopy_plain_tasks(conn, len(batch), rows)
             if ids is not None:
                 return ids

@@ -244,3 +244,45 @@ async def test_a_bad_plain_item_mid_stream_async_and_autocommit(dsn: str) -> Non
         assert auto.execute("SELECT 1").fetchone() == (1,)  # the connection is fine
     assert [r["n"] for r in rows(dsn, "SELECT n FROM business")] == [1]
     assert [r["id"] for r in rows(dsn, "SELECT id FROM taskq.tasks ORDER BY id")] == ids
+
+
+def test_single_enqueues_without_options_reuse_the_types_checked_fields(dsn: str) -> None:
+    """``app.enqueue(conn, type, payload)`` with no options takes the plain path (the type's
+    checked fields kept from its first task): each task still gets its own payload and trace
+    id, a type registered later is routed anew, a bad payload or name fails every time, and an
+    idempotent type still needs its biz_id."""
+    app = taskq.App(dsn="unused")
+
+    @app.task("single.idem", idempotent=True)
+    def idem(payload: Any) -> None: ...
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        first = [app.enqueue(conn, "single.late", {"i": i}) for i in range(3)]
+
+        @app.task("single.late", queue="late-queue", max_retry_count=7)
+        def late(payload: Any) -> None: ...
+
+        second = [app.enqueue(conn, "single.late"), app.enqueue(conn, "single.late", {"i": 9})]
+        for _ in range(2):
+            with pytest.raises(taskq.PayloadError):
+                app.enqueue(conn, "single.late", {"x": {1, 2}})
+            with pytest.raises(taskq.InvalidTask):
+                app.enqueue(conn, "bad\ttype", {})
+            with pytest.raises(taskq.InvalidTask, match="biz_id"):
+                app.enqueue(conn, "single.idem", {})
+    stored = {r["id"]: r for r in rows(dsn, "SELECT * FROM taskq.tasks")}
+    assert set(stored) == set(first + second)
+    assert [stored[i]["payload"] for i in first + second] == [
+        {"i": 0},
+        {"i": 1},
+        {"i": 2},
+        {},
+        {"i": 9},
+    ]
+    assert len({stored[i]["trace_id"] for i in first + second}) == 5
+    assert {(stored[i]["queue"], stored[i]["max_retry_count"]) for i in first} == {
+        ("default", None)
+    }
+    assert {(stored[i]["queue"], stored[i]["max_retry_count"]) for i in second} == {
+        ("late-queue", 7)
+    }
