@@ -1,7 +1,7 @@
 """taskq's benchmark suite: one command, a table, and JSON.
 
-    python bench/run.py [--dsn DSN] [--quick] [--only SCENARIO ...] [--peer] [--pgbench]
-                        [--py-spy PATH] [--perf PATH] [--repeat N] [--snapshot REV]
+    python bench/run.py [--dsn DSN] [--quick] [--only SCENARIO ...] [--peer] [--oban]
+                        [--pgbench] [--py-spy PATH] [--perf PATH] [--repeat N] [--snapshot REV]
                         [--json-out bench/results/latest.json]
 
 It creates its own databases (``taskq_bench_<run>_*``) on the server ``--dsn`` points at
@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 import taskq
-from bench import ceiling, peer_pgqueuer, pgbench_ref, scenarios
+from bench import ceiling, peer_oban, peer_pgqueuer, pgbench_ref, scenarios
 from bench.harness import (
     DEFAULT_DSN,
     REPO,
@@ -62,7 +62,7 @@ CORE = [
     "failure-storm",
     "ceiling",
 ]
-OPT_IN = ["pgbench", "peer", "versus", "profile", "dbprofile"]
+OPT_IN = ["pgbench", "peer", "versus", "oban", "profile", "dbprofile"]
 
 Scenario = Callable[[Context], list[Measurement]]
 
@@ -92,6 +92,11 @@ def build_scenarios(args: argparse.Namespace, dbs: Databases) -> dict[str, Scena
             say=ctx.say,
             repeat=ctx.repeat,
             sizes=ctx.sizes,
+        )
+
+    def oban(ctx: Context) -> list[Measurement]:
+        return peer_oban.run_oban(
+            dbs.create, ctx.log_dir, quick=ctx.quick, say=ctx.say, repeat=ctx.repeat
         )
 
     def versus(ctx: Context) -> list[Measurement]:
@@ -125,6 +130,7 @@ def build_scenarios(args: argparse.Namespace, dbs: Databases) -> dict[str, Scena
         "pgbench": pgbench,
         "peer": peer,
         "versus": versus,
+        "oban": oban,
         "profile": profile,
         "dbprofile": dbprofile,
     }
@@ -138,6 +144,8 @@ def selected(args: argparse.Namespace) -> list[str]:
         chosen.append("pgbench")
     if args.peer:
         chosen += ["peer", "versus"]
+    if args.oban:
+        chosen.append("oban")
     if args.py_spy:
         chosen.append("profile")
     if args.perf:
@@ -250,6 +258,32 @@ def peer_ratios(results: list[Measurement]) -> list[Measurement]:
         theirs = next((p for p in peers if theirs_case in p.case), None)
         if ours and theirs and ours.value and theirs.value:
             add(label, ours.value, theirs.value, f"{ours.value:,.0f} / {theirs.value:,.0f} /s")
+    return out
+
+
+def oban_ratios(results: list[Measurement]) -> list[Measurement]:
+    """taskq's latency against oban-py's, measured in this run: p99 and max of *commit ->
+    handler start*, oban-py's / taskq's (lower is better, so above 1.00x taskq is faster, as for
+    the CPU-per-task rows against PgQueuer)."""
+    ours = next((m for m in results if m.scenario == "latency" and m.value is not None), None)
+    theirs = next((m for m in results if m.scenario == "oban" and m.value is not None), None)
+    if ours is None or theirs is None:
+        return []
+    out: list[Measurement] = []
+    for key, what in (("p99_ms", "p99"), ("max_ms", "max")):
+        a, b = ours.details.get(key), theirs.details.get(key)
+        if not a or not b:
+            continue
+        out.append(
+            Measurement(
+                "vs oban-py",
+                f"latency {what}, commit -> handler start (theirs / ours)",
+                round(b / a, 3),
+                "x",
+                {"taskq": a, "oban-py": b},
+                f"{a:.2f} ms (taskq) vs {b:.2f} ms",
+            )
+        )
     return out
 
 
@@ -377,6 +411,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help=f"also run PgQueuer (installs it in {peer_pgqueuer.PEER_VENV}): its own "
         "scenarios, then its drains and taskq's alternated pair by pair (versus)",
+    )
+    parser.add_argument(
+        "--oban",
+        action="store_true",
+        help=f"also measure oban-py's dispatch latency (installs it in {peer_oban.OBAN_VENV}; "
+        "needs a Python >= 3.12)",
     )
     parser.add_argument("--pgbench", action="store_true", help="also run the pgbench reference")
     parser.add_argument(
@@ -533,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
             results.extend(found)
         results.extend(ceiling_ratios(results))
         results.extend(peer_ratios(results))
+        results.extend(oban_ratios(results))
     finally:
         if args.keep_db:
             console.log(f"kept databases: {', '.join(dbs.created)}")
