@@ -538,3 +538,46 @@ def drain_timing(
         claims=int(row[3]),
         completions=int(row[4]),
     )
+
+
+def run_latency_producer(
+    procs: Processes,
+    argv: list[str],
+    *,
+    seconds: float,
+    interval: float,
+    commits: Path,
+    name: str,
+    who: str,
+    remaining: Callable[[], int],
+) -> dict[int, int]:
+    """A peer's latency producer (``argv`` + count, interval and output file), run to its end;
+    then wait until the peer's worker has run every job. The producer's ``"<job id> <ns>"``
+    lines (the time each enqueue's commit was acknowledged), as a dict."""
+    producer = procs.spawn(
+        [
+            *argv,
+            "--count",
+            str(int(seconds / interval)),
+            "--interval",
+            str(interval),
+            "--out",
+            str(commits),
+        ],
+        name=name,
+    )
+    producer.wait(timeout=seconds + 120)
+    if producer.returncode != 0:
+        raise RuntimeError(f"the {who} producer failed; see {procs.log_dir}")
+    procs.done.append(producer)  # its exit is no worker's death
+    wait_until(
+        lambda: remaining() == 0,
+        timeout=60,
+        what=f"the {who} latency jobs",
+        alive=procs.check_alive,
+    )
+    committed: dict[int, int] = {}
+    for line in commits.read_text().splitlines():
+        job_id, ns = line.split()
+        committed[int(job_id)] = int(ns)
+    return committed

@@ -243,7 +243,7 @@ def _remaining(conn: Any) -> int:
 def _latency(
     dsn: str, log_dir: Path, starts: Path, *, seconds: float, interval: float
 ) -> dict[int, int]:
-    from bench.harness import Processes, connect, wait_until
+    from bench.harness import Processes, connect, run_latency_producer
 
     commits = log_dir / "oban-latency-commits.txt"
     here = str(Path(__file__).resolve().parent)
@@ -256,37 +256,16 @@ def _latency(
                 env={"PYTHONPATH": here, LATENCY_FILE_ENV: str(starts)},
                 cwd=log_dir,  # no stray oban.toml is read
             )
-            producer = procs.spawn(
-                [
-                    str(oban_python()),
-                    __file__,
-                    "enqueue-latency",
-                    "--dsn",
-                    dsn,
-                    "--count",
-                    str(int(seconds / interval)),
-                    "--interval",
-                    str(interval),
-                    "--out",
-                    str(commits),
-                ],
+            return run_latency_producer(
+                procs,
+                [str(oban_python()), __file__, "enqueue-latency", "--dsn", dsn],
+                seconds=seconds,
+                interval=interval,
+                commits=commits,
                 name="oban-latency-producer",
+                who="oban",
+                remaining=lambda: _remaining(conn),
             )
-            producer.wait(timeout=seconds + 120)
-            if producer.returncode != 0:
-                raise RuntimeError(f"the oban producer failed; see {log_dir}")
-            procs.done.append(producer)  # its exit is no worker's death
-            wait_until(
-                lambda: _remaining(conn) == 0,
-                timeout=60,
-                what="the oban latency jobs",
-                alive=procs.check_alive,
-            )
-    committed: dict[int, int] = {}
-    for line in commits.read_text().splitlines():
-        job_id, ns = line.split()
-        committed[int(job_id)] = int(ns)
-    return committed
 
 
 def run_oban(

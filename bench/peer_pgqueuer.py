@@ -340,7 +340,7 @@ def _drain(
 
 
 def _latency(dsn: str, log_dir: Path, *, seconds: float, interval: float) -> dict[int, int]:
-    from bench.harness import Processes, connect, wait_until
+    from bench.harness import Processes, connect, run_latency_producer
 
     starts = log_dir / "pgq-latency-starts.txt"
     commits = log_dir / "pgq-latency-commits.txt"
@@ -353,37 +353,16 @@ def _latency(dsn: str, log_dir: Path, *, seconds: float, interval: float) -> dic
                 name="pgq-latency",
                 env=_peer_env(dsn, **{LATENCY_FILE_ENV: str(starts)}),
             )
-            producer = procs.spawn(
-                [
-                    str(peer_python()),
-                    __file__,
-                    "enqueue-latency",
-                    "--dsn",
-                    dsn,
-                    "--count",
-                    str(int(seconds / interval)),
-                    "--interval",
-                    str(interval),
-                    "--out",
-                    str(commits),
-                ],
+            return run_latency_producer(
+                procs,
+                [str(peer_python()), __file__, "enqueue-latency", "--dsn", dsn],
+                seconds=seconds,
+                interval=interval,
+                commits=commits,
                 name="pgq-latency-producer",
+                who="PgQueuer",
+                remaining=lambda: _remaining(conn),
             )
-            producer.wait(timeout=seconds + 120)
-            if producer.returncode != 0:
-                raise RuntimeError(f"the PgQueuer producer failed; see {log_dir}")
-            procs.done.append(producer)  # its exit is no worker's death
-            wait_until(
-                lambda: _remaining(conn) == 0,
-                timeout=60,
-                what="the PgQueuer latency jobs",
-                alive=procs.check_alive,
-            )
-    committed: dict[int, int] = {}
-    for line in commits.read_text().splitlines():
-        job_id, ns = line.split()
-        committed[int(job_id)] = int(ns)
-    return committed
 
 
 def _enqueue(dsn: str, *, count: int, chunk: int, rounds: int) -> list[float]:

@@ -150,7 +150,7 @@ class Executor:
         task: ClaimedTask,
         started: float,
     ) -> Outcome:
-        scope = self._deadlines.scope(task.timeout_seconds)
+        scope = self._deadlines.scope(task.timeout_seconds, ctx)
         duplicate = False
         ran = False
         try:
@@ -161,22 +161,14 @@ class Executor:
                         ran = True
                         async with ctx._aattached(conn):
                             with scope:
-                                _arm(ctx, scope)
-                                try:
-                                    await handler.fn(ctx, task.payload)
-                                finally:
-                                    ctx._abort = None
+                                await handler.fn(ctx, task.payload)
                     await _flush(ctx)
                     if not await acommit_success(conn, task, duplicate=duplicate):
                         raise LeaseLost(f"task {task.id}: attempt taken away; rolled back")
                 return Outcome.committed(task, time.monotonic() - started, duplicate=duplicate)
             ran = True
             with scope:
-                _arm(ctx, scope)
-                try:
-                    await handler.fn(ctx, task.payload)
-                finally:
-                    ctx._abort = None
+                await handler.fn(ctx, task.payload)
         except LeaseLost:
             return Outcome.lost(task, time.monotonic() - started)
         except Exception as exc:
@@ -279,14 +271,22 @@ class Deadline:
     cancelled when it is due, and leaving the block turns that cancellation into
     ``TimeoutError``), but timed by its executor's one shared timer (``Deadlines``) instead
     of a timer handle of its own per attempt. A plain (not async) context manager: entering
-    and leaving awaits nothing, and two coroutines per attempt were measurable."""
+    and leaving awaits nothing, and two coroutines per attempt were measurable.
 
-    __slots__ = ("_cancelling", "_owner", "_state", "_task", "timeout", "when")
+    Given the attempt's context, it also lets an abort request end the handler while inside:
+    the request makes the deadline expire now, so the handler is cancelled exactly as a timeout
+    cancels it (no extra asyncio task per attempt), and ``ctx.cancelled`` tells the two apart
+    afterwards."""
+
+    __slots__ = ("_cancelling", "_ctx", "_owner", "_state", "_task", "timeout", "when")
 
     _CREATED, _ENTERED, _EXPIRING, _EXPIRED, _EXITED = range(5)
 
-    def __init__(self, owner: Deadlines, timeout: float | None) -> None:
+    def __init__(
+        self, owner: Deadlines, timeout: float | None, ctx: TaskContext | None = None
+    ) -> None:
         self._owner = owner
+        self._ctx = ctx
         self._state = Deadline._CREATED
         self._task: asyncio.Task[Any] | None = None
         self._cancelling = 0
@@ -304,6 +304,11 @@ class Deadline:
         self._state = Deadline._ENTERED
         if self.timeout is not None:
             self._owner.add(self)
+        ctx = self._ctx
+        if ctx is not None:
+            ctx._abort = self.expire_soon
+            if ctx._abort_requested:  # the request came before the handler started
+                self.expire_soon()
         return self
 
     def __exit__(
@@ -312,6 +317,8 @@ class Deadline:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._ctx is not None:
+            self._ctx._abort = None
         self._owner.discard(self)
         if self._state == Deadline._EXPIRING:
             self._state = Deadline._EXPIRED
@@ -360,8 +367,8 @@ class Deadlines:
             self._loop = asyncio.get_running_loop()
         return self._loop
 
-    def scope(self, timeout: float | None) -> Deadline:
-        return Deadline(self, timeout)
+    def scope(self, timeout: float | None, ctx: TaskContext | None = None) -> Deadline:
+        return Deadline(self, timeout, ctx)
 
     def add(self, deadline: Deadline) -> None:
         assert deadline.timeout is not None
@@ -406,16 +413,6 @@ class Deadlines:
 
     def __len__(self) -> int:
         return sum(len(entries) for entries in self._by_timeout.values())
-
-
-def _arm(ctx: TaskContext, scope: Deadline) -> None:
-    """Let an abort request end an async handler: it makes the attempt's timeout expire now,
-    so the handler is cancelled exactly as a timeout cancels it (no extra asyncio task per
-    attempt), and ``ctx.cancelled`` tells the two apart afterwards."""
-
-    ctx._abort = scope.expire_soon
-    if ctx._abort_requested:  # the request came before the handler started
-        scope.expire_soon()
 
 
 def classify(

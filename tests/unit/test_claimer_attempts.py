@@ -66,13 +66,21 @@ def start(claimer: Claimer, executor: BlockingExecutor, ids: list[int]) -> None:
     claimer._start(Claimed(task(i) for i in ids))
 
 
-async def test_a_stopped_claimer_returns_once_its_attempts_have_ended() -> None:
+async def stopped_with_three_running() -> tuple[
+    BlockingExecutor, list[Outcome], Claimer, asyncio.Task[None]
+]:
+    """A claimer with attempts 1-2-3 running, told to stop, its ``run`` under way."""
     executor, reported = BlockingExecutor(), []
     claimer = claimer_with(executor, reported)
     start(claimer, executor, [1, 2, 3])
     claimer.stop()
     runner = asyncio.create_task(claimer.run())
     await executor.all_started.wait()
+    return executor, reported, claimer, runner
+
+
+async def test_a_stopped_claimer_returns_once_its_attempts_have_ended() -> None:
+    executor, reported, claimer, runner = await stopped_with_three_running()
     await asyncio.sleep(0)  # one more pass: a runner that did not wait would be done now
     assert not runner.done() and claimer.in_flight == 3
     executor.release.set()
@@ -82,12 +90,7 @@ async def test_a_stopped_claimer_returns_once_its_attempts_have_ended() -> None:
 
 
 async def test_a_cancelled_claimer_cancels_its_attempts_and_waits_for_them() -> None:
-    executor, reported = BlockingExecutor(), []
-    claimer = claimer_with(executor, reported)
-    start(claimer, executor, [1, 2, 3])
-    claimer.stop()
-    runner = asyncio.create_task(claimer.run())
-    await executor.all_started.wait()
+    executor, reported, claimer, runner = await stopped_with_three_running()
     runner.cancel()
     with pytest.raises(asyncio.CancelledError):
         await runner
