@@ -581,3 +581,20 @@ def run_latency_producer(
         job_id, ns = line.split()
         committed[int(job_id)] = int(ns)
     return committed
+
+
+def build_venv(steps: list[list[str]], probe: list[str], what: str) -> str:
+    """Run the commands that build a peer's virtualenv, then ``probe``, which prints the
+    peer's version; return it. A step that fails skips the scenario with its last lines."""
+    for step in steps:
+        try:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=900)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise Skipped(f"cannot install {what}: {exc}") from None
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            raise Skipped(f"cannot install {what}: {' | '.join(tail)}")
+    done = subprocess.run(probe, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise Skipped(f"{what} installed but does not import: {done.stderr.strip()[-300:]}")
+    return done.stdout.strip()

@@ -167,7 +167,7 @@ def oban_python() -> Path:
 def ensure_oban(say: Callable[[str], None]) -> str:
     """Create the venv and install oban there if needed; return its version. Raises ``Skipped``
     with the reason when that is not possible (no Python >= 3.12, pip failing)."""
-    from bench.harness import Skipped
+    from bench.harness import Skipped, build_venv
 
     python = oban_python()
     probe = [str(python), "-c", "import oban; print(oban.__version__)"]
@@ -186,18 +186,7 @@ def ensure_oban(say: Callable[[str], None]) -> str:
         [str(base), "-m", "venv", "--clear", str(OBAN_VENV)],
         [str(python), "-m", "pip", "install", "--quiet", OBAN_REQUIREMENT],
     ]
-    for step in steps:
-        try:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=900)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise Skipped(f"cannot install oban-py: {exc}") from None
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise Skipped(f"cannot install oban-py: {' | '.join(tail)}")
-    done = subprocess.run(probe, capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise Skipped(f"oban-py installed but does not import: {done.stderr.strip()[-300:]}")
-    return done.stdout.strip()
+    return build_venv(steps, probe, "oban-py")
 
 
 def _oban_cli(*args: str) -> list[str]:

@@ -187,7 +187,7 @@ def peer_python() -> Path:
 def ensure_peer(say: Any) -> str:
     """Create the venv and install PgQueuer there if needed; return its version. Raises
     ``Skipped`` with the reason when that is not possible."""
-    from bench.harness import Skipped
+    from bench.harness import build_venv
 
     python = peer_python()
     probe = [str(python), "-c", "import pgqueuer, asyncpg; print(pgqueuer.__version__)"]
@@ -200,18 +200,7 @@ def ensure_peer(say: Any) -> str:
         [sys.executable, "-m", "venv", str(PEER_VENV)],
         [str(python), "-m", "pip", "install", "--quiet", "pgqueuer", "asyncpg"],
     ]
-    for step in steps:
-        try:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=900)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise Skipped(f"cannot install PgQueuer: {exc}") from None
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise Skipped(f"cannot install PgQueuer: {' | '.join(tail)}")
-    done = subprocess.run(probe, capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise Skipped(f"PgQueuer installed but does not import: {done.stderr.strip()[-300:]}")
-    return done.stdout.strip()
+    return build_venv(steps, probe, "PgQueuer")
 
 
 def _pgq(*args: str, dsn: str) -> None:
