@@ -8,6 +8,7 @@ import datetime as dt
 import socket
 import types
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -20,7 +21,14 @@ from taskq.worker.completer import Completer
 from taskq.worker.inflight import ClaimsInFlight
 from taskq.worker.metrics import Metrics
 
-_IDLE = socket.socketpair()  # a socket nothing is ever sent to, for the whole session
+_IDLE = socket.socketpair()  # a socket nothing is ever sent to, for this module's tests
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_the_idle_socket() -> Iterator[None]:
+    yield
+    for end in _IDLE:
+        end.close()
 
 
 class FakeConn:
