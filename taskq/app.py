@@ -11,7 +11,7 @@ import datetime as dt
 import inspect
 import math
 import os
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TypedDict, TypeVar, Unpack, overload
 
@@ -631,14 +631,14 @@ class App:
         """
         batch = items if isinstance(items, list) else list(items)
         if batch and all(_is_plain(raw) for raw in batch):
-            if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
+            if isinstance(conn, _PSYCOPG_ASYNC):
                 return self._astream_plain(conn, batch)
-            if isinstance(conn, psycopg.Connection | psycopg.Cursor):
+            if isinstance(conn, _PSYCOPG_SYNC):
                 return self._stream_plain(conn, batch)
         every = self._many_params(batch)
-        if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
+        if isinstance(conn, _PSYCOPG_ASYNC):
             return self._ainsert_many(conn, every, on_duplicate)
-        if isinstance(conn, psycopg.Connection | psycopg.Cursor):
+        if isinstance(conn, _PSYCOPG_SYNC):
             return self._insert_many(conn, every, on_duplicate)
         return _through(
             conn,
@@ -646,15 +646,19 @@ class App:
             lambda driver: self._ainsert_many(driver, every, on_duplicate),
         )
 
+    def _plain_rows(self, batch: list[Any]) -> Iterator[dict[str, Any]]:
+        """The params of plain items, checked one by one as the COPY consumes them."""
+        traceparent, span_trace_id = tracing.current()
+        return (
+            self._plain_params(raw["task_type"], raw.get("payload"), traceparent, span_trace_id)
+            for raw in batch
+        )
+
     def _stream_plain(self, conn: store.SyncTarget, batch: list[Any]) -> list[int]:
         """Plain items (a task type and a payload) through psycopg: each is checked as the
         COPY streams, while the server inserts the rows before it (store.copy_plain_tasks)."""
         with schema_required():
-            traceparent, span_trace_id = tracing.current()
-            rows = (
-                self._plain_params(raw["task_type"], raw.get("payload"), traceparent, span_trace_id)
-                for raw in batch
-            )
+            rows = self._plain_rows(batch)
             ids = store.copy_plain_tasks(conn, len(batch), rows)
             if ids is not None:
                 return ids
@@ -662,11 +666,7 @@ class App:
 
     async def _astream_plain(self, conn: store.AsyncTarget, batch: list[Any]) -> list[int]:
         with schema_required():
-            traceparent, span_trace_id = tracing.current()
-            rows = (
-                self._plain_params(raw["task_type"], raw.get("payload"), traceparent, span_trace_id)
-                for raw in batch
-            )
+            rows = self._plain_rows(batch)
             ids = await store.acopy_plain_tasks(conn, len(batch), rows)
             if ids is not None:
                 return ids
@@ -758,9 +758,9 @@ class App:
         requested. A SUCCESS or DEAD_LETTER task raises :class:`taskq.InvalidTask`; an unknown
         id :class:`taskq.TaskNotFound`. Audited (actor: the database login).
         """
-        if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
+        if isinstance(conn, _PSYCOPG_ASYNC):
             return self._acancel(conn, task_id, with_children, note)
-        if isinstance(conn, psycopg.Connection | psycopg.Cursor):
+        if isinstance(conn, _PSYCOPG_SYNC):
             rows = store.cancel_tasks(conn, [task_id], with_children=with_children, note=note)
             return _cancelled_status(rows, task_id)
         raise TypeError(f"cancel needs a psycopg connection or cursor, got {type(conn).__name__}")
@@ -789,9 +789,9 @@ class App:
     ) -> bool | Coroutine[Any, Any, bool]:
         """A business switch, read now (one query; handlers use the cached ``ctx.switch``).
         A switch nobody ever set is ``default`` (on)."""
-        if isinstance(conn, psycopg.AsyncConnection | psycopg.AsyncCursor):
+        if isinstance(conn, _PSYCOPG_ASYNC):
             return self._aswitch(conn, name, default)
-        if isinstance(conn, psycopg.Connection | psycopg.Cursor):
+        if isinstance(conn, _PSYCOPG_SYNC):
             value = store.switch_get(conn, name)
             return default if value is None else value
         raise TypeError(f"switch needs a psycopg connection or cursor, got {type(conn).__name__}")

@@ -229,12 +229,18 @@ class Claimer(Service):
             raise asyncio.CancelledError
 
     def _forget_ended(self) -> None:
-        """Drop attempts whose task ended without running ``_run_one``'s cleanup (cancelled
-        before its first step)."""
+        """Free the slots of attempts whose task ended without running ``_run_one``'s cleanup
+        (cancelled before its first step)."""
         for task_id in [i for i, t in self._tasks.items() if t.done()]:
-            self._tasks.pop(task_id, None)
-            self._in_flight.pop(task_id, None)
-            self._live.pop(task_id, None)
+            self._free(task_id)
+
+    def _free(self, task_id: int) -> None:
+        """The attempt has ended: its slot is free."""
+        self._in_flight.pop(task_id, None)
+        self._live.pop(task_id, None)
+        if self._lost:
+            self._lost.discard(task_id)
+        self._tasks.pop(task_id, None)
         if not self._in_flight:
             self.idle.set()
 
@@ -481,14 +487,7 @@ class Claimer(Service):
         except Exception:  # loop boundary: the executor reports handler errors itself
             log.exception("executor_failed", task_id=task.id)
         finally:
-            task_id = task.id
-            self._in_flight.pop(task_id, None)
-            self._live.pop(task_id, None)
-            if self._lost:
-                self._lost.discard(task_id)
-            self._tasks.pop(task_id, None)
-            if not self._in_flight:
-                self.idle.set()
+            self._free(task.id)
             self._changed.set()
 
 

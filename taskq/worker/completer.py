@@ -164,8 +164,7 @@ class Completer(Service):
         self.capacity = max(1, capacity)
         self._room = asyncio.Event()
         self._room.set()
-        self._writing = 0  # items taken off the queue, not yet written
-        self._batch: list[Item] = []  # the batch being written
+        self._batch: list[Item] = []  # taken off the queue, being written
         # The tokens of the attempts written last, oldest first: a heartbeat's stray report
         # computed before one of them was written must not hand it back in again. (A token
         # names one attempt: its row's id is in it, and a new one is drawn at every claim.)
@@ -188,13 +187,13 @@ class Completer(Service):
         if len(items) == 1:
             self._arrived.set()
             self._all_written.clear()
-        if len(items) + self._writing >= self.capacity:
+        if len(items) + len(self._batch) >= self.capacity:
             self._room.clear()
 
     @property
     def pending(self) -> int:
         """Outcomes not yet written (queued, or in the batch being written)."""
-        return len(self._items) + self._writing
+        return len(self._items) + len(self._batch)
 
     def unwritten(self) -> set[int]:
         """The task ids of the outcomes queued or being written. Built when asked (by the
@@ -245,10 +244,8 @@ class Completer(Service):
                 await self._claims_in_flight.settled(CLAIM_WAIT_SECONDS)
             batch = self._batch = self._items[:MAX_BATCH]
             del self._items[:MAX_BATCH]
-            self._writing = len(batch)
             await self._write_until_done(self._already_written(batch))
         finally:
-            self._writing = 0
             self._batch = []
             written = self._written
             for item in batch:

@@ -18,14 +18,21 @@ SyncTarget = psycopg.Connection[Any] | psycopg.Cursor[Any]
 AsyncTarget = psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any]
 
 
+def _sync_conn(target: SyncTarget) -> psycopg.Connection[Any]:
+    """The connection of a connection-or-cursor argument."""
+    return target.connection if isinstance(target, psycopg.Cursor) else target
+
+
+def _async_conn(target: AsyncTarget) -> psycopg.AsyncConnection[Any]:
+    return target.connection if isinstance(target, psycopg.AsyncCursor) else target
+
+
 def _sync_cursor(target: SyncTarget) -> psycopg.Cursor[Row]:
-    conn = target.connection if isinstance(target, psycopg.Cursor) else target
-    return conn.cursor(row_factory=dict_row)
+    return _sync_conn(target).cursor(row_factory=dict_row)
 
 
 def _async_cursor(target: AsyncTarget) -> psycopg.AsyncCursor[Row]:
-    conn = target.connection if isinstance(target, psycopg.AsyncCursor) else target
-    return conn.cursor(row_factory=dict_row)
+    return _async_conn(target).cursor(row_factory=dict_row)
 
 
 def _all(

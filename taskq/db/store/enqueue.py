@@ -15,7 +15,9 @@ from taskq.db.store._base import (
     AsyncTarget,
     Row,
     SyncTarget,
+    _async_conn,
     _async_cursor,
+    _sync_conn,
     _sync_cursor,
 )
 from taskq.errors import InvalidTask
@@ -24,8 +26,7 @@ from taskq.errors import InvalidTask
 def insert_task(target: SyncTarget, params: Mapping[str, Any]) -> int | None:
     """The new id, or None when a live task holds the same unique key. (A tuple row: one
     column, no dict of names to build per enqueue.)"""
-    conn = target.connection if isinstance(target, psycopg.Cursor) else target
-    with conn.cursor(row_factory=tuple_row) as cur:
+    with _sync_conn(target).cursor(row_factory=tuple_row) as cur:
         cur.execute(query("insert_task"), params)
         row = cur.fetchone()
     return int(row[0]) if row else None
@@ -36,8 +37,7 @@ async def ainsert_task(target: AsyncTarget | Any, params: Mapping[str, Any]) -> 
     if not _is_psycopg(target):
         found = await _asyncpg_rows(target, "insert_task", params)
         return int(found[0]["id"]) if found else None
-    conn = target.connection if isinstance(target, psycopg.AsyncCursor) else target
-    async with conn.cursor(row_factory=tuple_row) as cur:
+    async with _async_conn(target).cursor(row_factory=tuple_row) as cur:
         await cur.execute(query("insert_task"), params)
         row = await cur.fetchone()
     return int(row[0]) if row else None
