@@ -24,6 +24,18 @@ FROM taskq.claim_batch_v3(%(queue)s, %(task_types)s::text[], %(max_retry_counts)
                           %(timeouts)s::integer[], %(limit)s, %(worker_id)s, %(retries_only)s,
                           %(probe)s, %(isolated)s) AS c;
 
+-- name: claim_few
+-- claim_batch after a round that came back short (taskq.claim_few_v1, sql/ddl/0031): the same
+-- arguments and rows. Where the types have no flow limits and no more than %(limit)s rows are
+-- runnable, it claims them all in one scan; otherwise it is claim_batch.
+SELECT c.id, c.task_type, c.queue, c.biz_id, c.payload, c.priority, c.retry_count,
+       c.max_retry_count, c.timeout_seconds, c.effective_id, c.trace_id, c.created_at,
+       c.scheduled_at, c.started_at, c.context, c.parent_id, c.ordering_key, c.ready_at,
+       c.capped, c.traceparent, c.held_for
+FROM taskq.claim_few_v1(%(queue)s, %(task_types)s::text[], %(max_retry_counts)s::integer[],
+                        %(timeouts)s::integer[], %(limit)s, %(worker_id)s, %(retries_only)s,
+                        %(probe)s, %(isolated)s) AS c;
+
 -- name: isolated_due
 -- The queues among these with an isolate row of these types runnable now (the rows a crash
 -- beside other attempts sent back, sql/ddl/0017): the isolator's cheap look before it makes

@@ -300,6 +300,7 @@ class Claimer(Service):
             if self.gate is not None and not self.gate.is_set():
                 return []  # the isolator is emptying the process: it wakes us when it is done
             self._last_round = time.monotonic()
+            few = not self._last_full  # the last round came back short: expect a few rows
             self._last_full = False
             self.rounds += 1
             policy = claim_policy(
@@ -315,7 +316,7 @@ class Claimer(Service):
             try:
                 async with self._conn.use() as conn:
                     with self._claims_in_flight.claiming():
-                        claimed = await self._claim(conn, policy)
+                        claimed = await self._claim(conn, policy, few=few)
             except BaseException:
                 self.claiming = False
                 raise
@@ -415,9 +416,11 @@ class Claimer(Service):
             for waiter in waiters:
                 waiter.cancel()
 
-    async def _claim(self, conn: Any, policy: Policy) -> Claimed:
+    async def _claim(self, conn: Any, policy: Policy, *, few: bool = False) -> Claimed:
         """Probes first (one task of a HALF_OPEN type, if this worker wins the probe), then
-        the batch the policy allows."""
+        the batch the policy allows. ``few``: the last round came back short, so the batch
+        goes through the claim that reads a few rows in one scan (``claim_few``): at idle,
+        most claims find the one task whose NOTIFY woke us."""
         claimed = Claimed()
         limit = policy.limit
         now = time.monotonic()
@@ -462,6 +465,7 @@ class Claimer(Service):
                 limit=limit,
                 worker_id=self._worker_id,
                 retries_only=policy.retries_only,
+                few=few,
             )
             claimed += batch
             claimed.held_for = batch.held_for

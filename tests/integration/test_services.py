@@ -353,6 +353,37 @@ async def test_claimer_run_once_claims_at_most_its_free_slots(
     assert count(dsn, "status = 'PROCESSING'") == 3  # nobody completed them: no completer here
 
 
+async def test_claimer_claims_through_claim_few_after_a_short_round(
+    dsn: str, pool: AsyncConnectionPool[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first round and every round after a short one expect few rows (claim_few, one
+    scan at idle); a round after a full one is a drain's (claim_batch's lanes and floors)."""
+    app = job_app(dsn)
+    pending(dsn, 5)
+    asked: list[bool] = []
+    claim_batch = store.claim_batch
+
+    async def spy(conn: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs["few"])
+        return await claim_batch(conn, **kwargs)
+
+    monkeypatch.setattr(store, "claim_batch", spy)
+    claimer, reported, threads, runtime = await claimer_for(dsn, pool, app, 3, ControlWatcher(pool))
+    try:
+        assert len(await claimer.run_once()) == 3  # first round: few, found the batch full
+        await claimer.wait_attempts()
+        assert len(await claimer.run_once()) == 2  # after a full round: the full claim, short
+        await claimer.wait_attempts()
+        pending(dsn, 1)
+        assert len(await claimer.run_once()) == 1  # after a short round: few again
+        await claimer.wait_attempts()
+    finally:
+        threads.shutdown()
+        runtime.close()
+    assert asked == [True, False, True]
+    assert len(reported) == 6
+
+
 async def test_an_idle_half_open_type_is_not_looked_for_on_every_claim_round(
     dsn: str, pool: AsyncConnectionPool[Any]
 ) -> None:
@@ -406,7 +437,7 @@ def claim_backends(dsn: str) -> set[int]:
         for r in rows(
             dsn,
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND strpos(query, 'claim_batch_v3') > 0 AND pid <> pg_backend_pid()",
+            "AND query ~ 'taskq\\.claim_(batch_v3|few_v1)' AND pid <> pg_backend_pid()",
         )
     }
 

@@ -73,35 +73,43 @@ def test_a_task_committed_during_the_claim_keeps_its_traceparent(dsn: str) -> No
     assert row["traceparent"] == traceparent
 
 
-def claim(dsn: str, *, isolated: bool, limit: int = 10, **params: Any) -> list[int]:
+CLAIMS = ["claim_batch", "claim_few"]  # the full claim, and the one after a short round
+
+
+def claim(
+    dsn: str, *, isolated: bool, limit: int = 10, name: str = "claim_batch", **params: Any
+) -> list[int]:
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         found = conn.execute(
-            query("claim_batch"),
+            query(name),
             {**PARAMS, "task_types": ["t"], "limit": limit, "isolated": isolated, **params},
         ).fetchall()
     return sorted(r["id"] for r in found if r["id"] is not None)
 
 
-def test_batches_never_take_an_isolate_row_and_the_isolated_claim_takes_one(dsn: str) -> None:
+@pytest.mark.parametrize("name", CLAIMS)
+def test_batches_never_take_an_isolate_row_and_the_isolated_claim_takes_one(
+    dsn: str, name: str
+) -> None:
     """A task that ran beside a crash (isolate) must run alone: never in a normal batch, and
     the isolator's claim takes one at a time, both lanes (fresh and retrying), through the
     flow limits like any claim."""
     normal = factories.tasks(dsn, 3, task_type="t")
     isolated = factories.tasks(dsn, 2, task_type="t", isolate=True)
     isolated.append(factories.task(dsn, task_type="t", status="FAILED", isolate=True))
-    assert claim(dsn, isolated=False) == normal
-    first = claim(dsn, isolated=True)
+    assert claim(dsn, isolated=False, name=name) == normal
+    first = claim(dsn, isolated=True, name=name)
     assert len(first) == 1 and set(first) <= set(isolated)
     # Capped like any claim: with 4 of the type running, no isolated row is claimed.
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO taskq.flow_limits (task_type, max_running) VALUES ('t', 4)")
-    assert claim(dsn, isolated=True) == []
+    assert claim(dsn, isolated=True, name=name) == []
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM taskq.flow_limits")
-    second, third = claim(dsn, isolated=True), claim(dsn, isolated=True)
+    second, third = claim(dsn, isolated=True, name=name), claim(dsn, isolated=True, name=name)
     assert len(second) == len(third) == 1
     assert sorted(first + second + third) == sorted(isolated)
-    assert claim(dsn, isolated=True) == claim(dsn, isolated=False) == []
+    assert claim(dsn, isolated=True, name=name) == claim(dsn, isolated=False, name=name) == []
 
 
 def test_isolated_due_names_the_queues_with_runnable_isolate_rows(dsn: str) -> None:
@@ -159,7 +167,8 @@ def _scans_of_tasks(plan: Any) -> list[str]:
     return found
 
 
-def test_a_claim_first_planned_on_an_empty_table_keeps_to_the_indexes(dsn: str) -> None:
+@pytest.mark.parametrize("name", CLAIMS)
+def test_a_claim_first_planned_on_an_empty_table_keeps_to_the_indexes(dsn: str, name: str) -> None:
     """A worker that starts on an empty queue plans its claim then: the functions keep generic
     plans for the session, made at the first call. With the table empty a sequential scan
     looked cheapest, and it stayed the claim's plan once a backlog arrived, until an ANALYZE
@@ -169,11 +178,11 @@ def test_a_claim_first_planned_on_an_empty_table_keeps_to_the_indexes(dsn: str) 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("TRUNCATE taskq.tasks")  # no blocks at all, as in a new database,
         conn.execute("VACUUM ANALYZE taskq.tasks")  # and statistics that say so
-        assert conn.execute(query("claim_batch"), PARAMS).fetchall() == []
+        assert conn.execute(query(name), PARAMS).fetchall() == []
         conn.execute(
             "INSERT INTO taskq.tasks (task_type) SELECT 'late' FROM generate_series(1, 2000)"
         )
-        plans = nested_plans(conn, query("claim_batch"), PARAMS)
+        plans = nested_plans(conn, query(name), PARAMS)
         scans = [s for p in plans for s in _scans_of_tasks(p)]
         assert scans, plans
         assert "Seq Scan" not in scans, scans
@@ -187,7 +196,8 @@ def test_a_claim_first_planned_on_an_empty_table_keeps_to_the_indexes(dsn: str) 
         assert missing == []
 
 
-def test_the_claim_returns_when_each_row_became_runnable(dsn: str) -> None:
+@pytest.mark.parametrize("name", CLAIMS)
+def test_the_claim_returns_when_each_row_became_runnable(dsn: str, name: str) -> None:
     """ready_at (where the dispatch-latency metric starts) is the row's runnable_at before the
     claim: scheduled_at for a PENDING row, even one a hand-written UPDATE left a
     next_retry_time on, and the retry time for a FAILED one. The claim changes the status that
@@ -205,7 +215,7 @@ def test_the_claim_returns_when_each_row_became_runnable(dsn: str) -> None:
         before = dict(conn.execute("SELECT id, runnable_at FROM taskq.tasks").fetchall())
         assert len(set(before.values())) == 4
         with conn.cursor(row_factory=dict_row) as cur:
-            found = cur.execute(query("claim_batch"), {**PARAMS, "task_types": ["t"]}).fetchall()
+            found = cur.execute(query(name), {**PARAMS, "task_types": ["t"]}).fetchall()
     claimed = {r["id"]: r["ready_at"] for r in found if r["id"] is not None}
     assert claimed == before
 

@@ -276,9 +276,13 @@ def history(tx: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     return tx
 
 
-def test_the_claim_scans_the_runnable_index_by_type(history: psycopg.Connection[Any]) -> None:
-    # The claim is a function (taskq.claim_batch_v3): read the plans of what it runs inside.
-    plans = nested_plans(history, query("claim_batch"), params_for("claim_batch"))
+@pytest.mark.parametrize("name", ["claim_batch", "claim_few"])
+def test_the_claim_scans_the_runnable_index_by_type(
+    history: psycopg.Connection[Any], name: str
+) -> None:
+    # The claim is a function (taskq.claim_batch_v3, claim_few_v1): read the plans of what it
+    # runs inside.
+    plans = nested_plans(history, query(name), params_for(name))
     assert "tasks_runnable_by_type_idx" in json.dumps(plans), plans
 
     def seq_scans_of_tasks(node: dict[str, Any]) -> int:

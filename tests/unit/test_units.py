@@ -169,14 +169,15 @@ def test_alert_rules_use_metrics_that_exist() -> None:
     assert used and used <= names, used - names
 
 
-def test_claim_returns_the_claimed_task_fields_in_order() -> None:
+@pytest.mark.parametrize("name", ["claim_batch", "claim_few"])
+def test_claim_returns_the_claimed_task_fields_in_order(name: str) -> None:
     """claim_batch builds ClaimedTask positionally from the SELECT list, then held_for."""
     import dataclasses
 
     from taskq.model import ClaimedTask
 
-    text = sqlfiles.query("claim_batch").split("SELECT", 1)[1]
-    selected = re.sub(r"\(SELECT .*?\)", "x", text.split("\nFROM taskq.claim_batch_v3", 1)[0])
+    text = sqlfiles.query(name).split("SELECT", 1)[1]
+    selected = re.sub(r"\(SELECT .*?\)", "x", text.split("\nFROM taskq.claim_", 1)[0])
     names = [re.split(r"\s+AS\s+|\.", col.strip())[-1] for col in selected.split(",")]
     assert names == [f.name for f in dataclasses.fields(ClaimedTask)] + ["held_for"]
 

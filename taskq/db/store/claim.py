@@ -43,17 +43,20 @@ async def claim_batch(
     retries_only: bool = False,
     probe: bool = False,
     isolated: bool = False,
+    few: bool = False,
 ) -> Claimed:
     """Claim for the task types in ``handlers``; their settings fill rows that left
     max_retry_count / timeout_seconds NULL. ``.held_for`` on the result: seconds until a
     rate-limited type with due work gets its next token. ``isolated``: at most one row, and
-    only one marked isolate (the isolator's claim); else never one marked isolate."""
+    only one marked isolate (the isolator's claim); else never one marked isolate.
+    ``few``: the caller expects fewer runnable rows than ``limit`` (its last claim came back
+    short): the same claim, through ``claim_few`` (one scan when they do fit)."""
     # Plain tuple rows, built straight into ClaimedTask: the SELECT lists its fields in order
     # (tests/unit checks), then held_for; one dict per claimed row was wasted work.
     async with conn.cursor(row_factory=tuple_row) as cur:
         cur.adapters.register_loader("jsonb", _PayloadLoader)
         await cur.execute(
-            query("claim_batch"),
+            query("claim_few" if few else "claim_batch"),
             {
                 "queue": queue,
                 "task_types": TextArray(h.task_type for h in handlers),
