@@ -44,21 +44,28 @@ BEGIN
     IF NOT (p_probe OR p_isolated OR p_limit <= 0
             OR EXISTS (SELECT 1 FROM taskq.flow_limits AS l
                        WHERE l.task_type = ANY(p_task_types))) THEN
+        -- Type by type (each scan keeps to its type's part of the runnable index: with
+        -- task_type = ANY(...) the generic plan read the whole queue's part), a type whose
+        -- breaker is not CLOSED left out before its rows are read.
         v_ids := ARRAY(
-            SELECT c.id FROM taskq.tasks AS c
-            WHERE c.status IN ('PENDING', 'FAILED') AND NOT c.isolate
-              AND c.queue = p_queue AND c.task_type = ANY(p_task_types)
-              AND (c.status = 'FAILED' OR NOT p_retries_only)
-              AND c.runnable_at <= now()
-              AND NOT EXISTS (SELECT 1 FROM taskq.breakers AS b
-                              WHERE b.task_type = c.task_type AND b.state <> 'CLOSED')
-              AND (c.ordering_key IS NULL OR NOT EXISTS (
-                      SELECT 1 FROM taskq.tasks AS earlier
-                      WHERE earlier.ordering_key = c.ordering_key
-                        AND earlier.id < c.id
-                        AND earlier.status IN ('PENDING', 'PROCESSING', 'FAILED')))
-            LIMIT p_limit + 1
-            FOR UPDATE OF c SKIP LOCKED);
+            SELECT f.id
+            FROM unnest(p_task_types) AS w(task_type)
+            CROSS JOIN LATERAL (
+                SELECT c.id FROM taskq.tasks AS c
+                WHERE c.status IN ('PENDING', 'FAILED') AND NOT c.isolate
+                  AND c.queue = p_queue AND c.task_type = w.task_type
+                  AND (c.status = 'FAILED' OR NOT p_retries_only)
+                  AND c.runnable_at <= now()
+                  AND (c.ordering_key IS NULL OR NOT EXISTS (
+                          SELECT 1 FROM taskq.tasks AS earlier
+                          WHERE earlier.ordering_key = c.ordering_key
+                            AND earlier.id < c.id
+                            AND earlier.status IN ('PENDING', 'PROCESSING', 'FAILED')))
+                LIMIT p_limit + 1
+                FOR UPDATE OF c SKIP LOCKED) AS f
+            WHERE NOT EXISTS (SELECT 1 FROM taskq.breakers AS b
+                              WHERE b.task_type = w.task_type AND b.state <> 'CLOSED')
+            LIMIT p_limit + 1);
         IF cardinality(v_ids) <= p_limit THEN
             RETURN QUERY
             UPDATE taskq.tasks AS t
