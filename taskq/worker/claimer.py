@@ -22,6 +22,10 @@ connections out in turn, and the first claim on a backend plans every statement 
 functions (12-35 ms), so a worker that had just started paid that once per pooled connection,
 on live tasks.
 
+A round after one that came back short expects few rows (at idle, the one task whose NOTIFY
+woke it): it claims through ``claim_few``, which locks and claims them in one scan when they
+fit in the batch, and answers as the full claim otherwise (sql/ddl/0031).
+
 Wake-ups are coalesced: after a round that came back short, the next round starts no sooner
 than ``coalesce_seconds`` after it, however many notifications arrive meanwhile. NOTIFY is
 only a hint (anyone who can connect may send one), so a flood of them costs at most one claim
