@@ -264,10 +264,18 @@ def run_oban(
     quick: bool,
     say: Callable[[str], None],
     repeat: int = 1,
+    ours: Callable[[], Measurement] | None = None,
 ) -> list[Measurement]:
     """Install oban-py, then taskq's latency scenario against it, ``repeat`` times; the run with
     the lowest p99 is reported. ``admin_dsn_factory(suffix)`` creates a database of the run and
-    returns its DSN."""
+    returns its DSN.
+
+    ``ours``: one run of taskq's own latency scenario. Each of oban-py's runs is then paired
+    with one of taskq's, right before or after it (taking turns who goes first, as ``versus``
+    does for the drains), and the pairs come back as one more measurement (``oban-pairs``):
+    a tail measured minutes apart on a shared machine says more about the machine's hour than
+    about either queue."""
+    from bench.harness import Measurement
     from bench.scenarios import best_latency, latency_measurement
 
     version = ensure_oban(say)
@@ -276,13 +284,38 @@ def run_oban(
     _install_schema(dsn)
     seconds = 3.0 if quick else 10.0
     found = []
-    for _ in range(max(1, repeat)):
-        say(f"oban: {label} latency")
+    pairs: list[dict[str, Any]] = []
+    for i in range(max(1, repeat)):
+        taskq_first = i % 2 == 0
+        mine = ours() if ours is not None and taskq_first else None
+        say(f"oban: {label} latency" + (f", pair {i + 1}" if ours is not None else ""))
         starts = log_dir / "oban-latency-starts.txt"
         starts.unlink(missing_ok=True)
         committed = _latency(dsn, log_dir, starts, seconds=seconds, interval=0.02)
-        found.append(
-            latency_measurement("oban", f"{label}: commit -> handler start", committed, starts)
+        theirs = latency_measurement("oban", f"{label}: commit -> handler start", committed, starts)
+        found.append(theirs)
+        if ours is not None and not taskq_first:
+            mine = ours()
+        if mine is not None and mine.value is not None and theirs.value is not None:
+            keys = ("p50_ms", "p99_ms", "max_ms")
+            pairs.append(
+                {
+                    "taskq_first": taskq_first,
+                    "taskq": {k: mine.details[k] for k in keys},
+                    "oban-py": {k: theirs.details[k] for k in keys},
+                }
+            )
+    out = []
+    if pairs:
+        out.append(
+            Measurement(
+                "oban-pairs",
+                f"taskq and {label} latency runs alternated",
+                float(len(pairs)),
+                "pairs",
+                {"pairs": pairs},
+                "",
+            )
         )
     m = best_latency(found)
     m.details["peer"] = label
@@ -291,7 +324,7 @@ def run_oban(
         "notifier": "postgres LISTEN/NOTIFY (pg_notify in the insert statement)",
         "producer": "Oban.enqueue(Job(...), conn=<autocommit psycopg AsyncConnection>)",
     }
-    return [m]
+    return [m, *out]
 
 
 if __name__ == "__main__":

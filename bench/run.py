@@ -19,6 +19,7 @@ import os
 import platform
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -96,7 +97,12 @@ def build_scenarios(args: argparse.Namespace, dbs: Databases) -> dict[str, Scena
 
     def oban(ctx: Context) -> list[Measurement]:
         return peer_oban.run_oban(
-            dbs.create, ctx.log_dir, quick=ctx.quick, say=ctx.say, repeat=ctx.repeat
+            dbs.create,
+            ctx.log_dir,
+            quick=ctx.quick,
+            say=ctx.say,
+            repeat=ctx.repeat,
+            ours=lambda: scenarios.latency_once(ctx),
         )
 
     def versus(ctx: Context) -> list[Measurement]:
@@ -267,10 +273,10 @@ def oban_ratios(results: list[Measurement]) -> list[Measurement]:
     the CPU-per-task rows against PgQueuer)."""
     ours = next((m for m in results if m.scenario == "latency" and m.value is not None), None)
     theirs = next((m for m in results if m.scenario == "oban" and m.value is not None), None)
-    if ours is None or theirs is None:
-        return []
     out: list[Measurement] = []
     for key, what in (("p99_ms", "p99"), ("max_ms", "max")):
+        if ours is None or theirs is None:
+            break
         a, b = ours.details.get(key), theirs.details.get(key)
         if not a or not b:
             continue
@@ -282,6 +288,24 @@ def oban_ratios(results: list[Measurement]) -> list[Measurement]:
                 "x",
                 {"taskq": a, "oban-py": b},
                 f"{a:.2f} ms (taskq) vs {b:.2f} ms",
+            )
+        )
+    paired = next((m for m in results if m.scenario == "oban-pairs"), None)
+    pairs = paired.details.get("pairs", []) if paired else []
+    for key, what in (("p50_ms", "p50"), ("p99_ms", "p99"), ("max_ms", "max")):
+        ratios = [p["oban-py"][key] / p["taskq"][key] for p in pairs if p["taskq"][key]]
+        if not ratios:
+            continue
+        out.append(
+            Measurement(
+                "vs oban-py",
+                f"latency {what}, alternated pairs (theirs / ours)",
+                round(statistics.median(ratios), 3),
+                "x",
+                {"ratios": [round(r, 3) for r in ratios], "pairs": pairs},
+                f"median of {len(ratios)} pairs ({', '.join(f'{r:.2f}' for r in ratios)}); "
+                + ", ".join(f"{p['taskq'][key]:.2f}/{p['oban-py'][key]:.2f}" for p in pairs)
+                + " ms (taskq/oban-py)",
             )
         )
     return out

@@ -51,3 +51,25 @@ def test_latency_rows_read_above_one_as_taskq_faster() -> None:
     assert rows["latency max"].value == 0.75
     assert rows["latency p99"].details == {"taskq": 5.0, "oban-py": 10.0}
     assert oban_ratios([ours]) == []
+
+
+def test_alternated_pairs_give_the_median_of_each_pairs_ratio() -> None:
+    ours = Measurement("latency", "taskq (p50)", 2.0, "ms", {"p99_ms": 5.0, "max_ms": 8.0})
+    theirs = Measurement("oban", "oban-py (p50)", 2.5, "ms", {"p99_ms": 10.0, "max_ms": 6.0})
+
+    def pair(p99_ours: float, p99_theirs: float) -> dict[str, object]:
+        return {
+            "taskq": {"p50_ms": 1.0, "p99_ms": p99_ours, "max_ms": 4.0},
+            "oban-py": {"p50_ms": 2.0, "p99_ms": p99_theirs, "max_ms": 2.0},
+        }
+
+    pairs = [pair(2.0, 3.0), pair(4.0, 2.0), pair(3.0, 3.3)]
+    paired = Measurement("oban-pairs", "alternated", 3.0, "pairs", {"pairs": pairs})
+    rows = {m.case: m for m in oban_ratios([ours, theirs, paired])}
+    p99 = rows["latency p99, alternated pairs (theirs / ours)"]
+    assert p99.value == 1.1 and p99.details["ratios"] == [1.5, 0.5, 1.1]
+    assert rows["latency p50, alternated pairs (theirs / ours)"].value == 2.0
+    assert rows["latency max, alternated pairs (theirs / ours)"].value == 0.5
+    # Without pairs (an older run's results), only the best-run rows; pairs alone, theirs.
+    assert len(oban_ratios([ours, theirs])) == 2
+    assert len(oban_ratios([paired])) == 3
