@@ -26,6 +26,7 @@ import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
+from taskq import tracing
 from taskq.app import App
 from taskq.control.protection import ProtectionEvaluator
 from taskq.control.state import CONTROL_CHANNEL, ControlWatcher
@@ -148,6 +149,7 @@ class Worker:
             t.options.queue: DEFAULT_CONCURRENCY for t in app.tasks.values()
         }
         self.worker_id = worker_id or new_worker_id()
+        tracing.load()  # now, not in the first attempt (an import of a few milliseconds)
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
         self._stop = asyncio.Event()
