@@ -274,22 +274,21 @@ def oban_ratios(results: list[Measurement]) -> list[Measurement]:
     ours = next((m for m in results if m.scenario == "latency" and m.value is not None), None)
     theirs = next((m for m in results if m.scenario == "oban" and m.value is not None), None)
     out: list[Measurement] = []
-    for key, what in (("p99_ms", "p99"), ("max_ms", "max")):
-        if ours is None or theirs is None:
-            break
-        a, b = ours.details.get(key), theirs.details.get(key)
-        if not a or not b:
-            continue
-        out.append(
-            Measurement(
-                "vs oban-py",
-                f"latency {what}, commit -> handler start (theirs / ours)",
-                round(b / a, 3),
-                "x",
-                {"taskq": a, "oban-py": b},
-                f"{a:.2f} ms (taskq) vs {b:.2f} ms",
+    if ours is not None and theirs is not None:
+        for key, what in (("p99_ms", "p99"), ("max_ms", "max")):
+            a, b = ours.details.get(key), theirs.details.get(key)
+            if not a or not b:
+                continue
+            out.append(
+                Measurement(
+                    "vs oban-py",
+                    f"latency {what}, commit -> handler start (theirs / ours)",
+                    round(b / a, 3),
+                    "x",
+                    {"taskq": a, "oban-py": b},
+                    f"{a:.2f} ms (taskq) vs {b:.2f} ms",
+                )
             )
-        )
     paired = next((m for m in results if m.scenario == "oban-pairs"), None)
     pairs = paired.details.get("pairs", []) if paired else []
     for key, what in (("p50_ms", "p50"), ("p99_ms", "p99"), ("max_ms", "max")):
