@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
@@ -92,6 +93,7 @@ class Claimer(Service):
         self._handlers = list(handlers)
         self._pool = pool
         self._conn = KeptConnection(pool)  # kept between rounds (module docstring)
+        self._cursor: psycopg.AsyncCursor[tuple[Any, ...]] | None = None  # on that connection
         self._executor = executor
         self._report = report
         self._worker_id = worker_id
@@ -145,8 +147,12 @@ class Claimer(Service):
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def wake(self) -> None:
+    def wake(self) -> bool:
+        """Claim again now; False if it had been woken already (nothing changes)."""
+        if self._wake.is_set():
+            return False
         self._wake.set()
+        return True
 
     def stop(self) -> None:
         """Stop claiming now; in-flight tasks keep running."""
@@ -282,7 +288,8 @@ class Claimer(Service):
                 await asyncio.sleep(jittered(self._poll))
                 continue
             try:
-                await self.run_once()
+                if await self.run_once():
+                    await asyncio.sleep(0)  # the attempts' first steps before this loop's
             except OUTAGE_ERRORS as exc:
                 self.outage.failed(exc)
                 self._wake.set()  # try again after the pause
@@ -393,7 +400,6 @@ class Claimer(Service):
         loop = asyncio.get_running_loop()
         if claimed:
             self.idle.clear()
-            self._metrics.claimed_many(claimed)  # counted per claim, not per task
         for task in claimed:
             self._in_flight[task.id] = task
             self._live[task.id] = task
@@ -407,6 +413,11 @@ class Claimer(Service):
                     effective_id=str(task.effective_id),
                 )
             self._tasks[task.id] = loop.create_task(self._run_one(task))
+        if claimed:
+            # Counted per claim, not per task, once the attempts have taken their first step
+            # (callbacks run in the order they were scheduled): at idle the handler of the task
+            # whose NOTIFY woke us starts before this bookkeeping, not after it.
+            loop.call_soon(self._metrics.claimed_many, claimed)
 
     async def _wait_for_room(self, room: asyncio.Event) -> None:
         """Until the completer has room, or this claimer is stopped."""
@@ -462,6 +473,9 @@ class Claimer(Service):
                 )
                 self._quiet(task_type)
         if policy.handlers and limit > 0:
+            cursor = self._cursor
+            if cursor is None or cursor.connection is not conn:
+                cursor = self._cursor = store.claim_cursor(conn)
             batch = await store.claim_batch(
                 conn,
                 queue=self.queue,
@@ -470,6 +484,7 @@ class Claimer(Service):
                 worker_id=self._worker_id,
                 retries_only=policy.retries_only,
                 few=few,
+                cursor=cursor,
             )
             claimed += batch
             claimed.held_for = batch.held_for

@@ -139,7 +139,7 @@ class Completer(Service):
         options_for: Callable[[str], TaskOptions],
         *,
         worker_id: str,
-        wake: Callable[[list[str]], None] | None = None,
+        wake: Callable[[list[str]], object] | None = None,
         metrics: Metrics | None = None,
         breaker_threshold: int = 5,
         log_payloads: bool = False,

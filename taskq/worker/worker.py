@@ -235,14 +235,14 @@ class Worker:
     def _wake_all(self) -> None:
         self._wake(None)
 
-    def _wake(self, queues: list[str] | None) -> None:
-        if queues is None:
-            for claimer in self.claimers.values():
-                claimer.wake()
-            return
-        for name in queues:
-            if name in self.claimers:
-                self.claimers[name].wake()
+    def _wake(self, queues: list[str] | None) -> bool:
+        """Wake the claimers of ``queues`` (None: all); whether one had not been woken yet."""
+        woke = False
+        for name in self.claimers if queues is None else queues:
+            claimer = self.claimers.get(name)
+            if claimer is not None and claimer.wake():
+                woke = True
+        return woke
 
     async def _register_types(self, pool: AsyncConnectionPool[Any]) -> None:
         """Before any claim: SQL producers that name no queue route by what this app says.

@@ -6,6 +6,7 @@ flood against a running worker: claim rounds stay bounded."""
 from __future__ import annotations
 
 import asyncio
+import select
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -294,6 +295,53 @@ async def test_notifier_run_once_listens_until_the_connection_drops(dsn: str) ->
     assert not notifier.connected.is_set() and notifier.sessions == 1
 
 
+async def test_notifier_lets_a_task_it_woke_run_before_the_next_notification(dsn: str) -> None:
+    """Notifications of one transaction arrive together. After a listener that woke a waiting
+    task (it says so: True), that task runs before the next notification is handed out, so
+    at idle the claimer sends its claim before the notifier waits on its socket again; after a
+    listener that woke nothing (False) the notifier reads on."""
+    order: list[str] = []
+    woken = asyncio.Event()
+    heard_last = asyncio.Event()
+
+    async def waiting_task() -> None:
+        while True:
+            await woken.wait()
+            woken.clear()
+            order.append("the woken task ran")
+
+    def on_tasks(payload: str | None) -> bool:
+        if payload is None:
+            return False
+        order.append(payload)
+        if payload == "last":
+            heard_last.set()
+        if payload.startswith("wake"):
+            woken.set()
+            return True
+        return False
+
+    notifier = Notifier(dsn, {TASKS_CHANNEL: on_tasks})
+    session = asyncio.create_task(notifier.run_once())
+    waiter = asyncio.create_task(waiting_task())
+    try:
+        await asyncio.wait_for(notifier.connected.wait(), 10)
+        execute(
+            dsn,
+            "DO $$ BEGIN PERFORM pg_notify('taskq_tasks', 'wake 1'); "
+            "PERFORM pg_notify('taskq_tasks', 'quiet'); "
+            "PERFORM pg_notify('taskq_tasks', 'wake 2'); "
+            "PERFORM pg_notify('taskq_tasks', 'last'); END $$",
+        )
+        await asyncio.wait_for(heard_last.wait(), 10)
+    finally:
+        session.cancel()
+        waiter.cancel()
+        await asyncio.gather(session, waiter, return_exceptions=True)
+    ran = "the woken task ran"
+    assert order == ["wake 1", ran, "quiet", "wake 2", ran, "last"]
+
+
 async def test_completer_run_once_writes_a_batch(dsn: str, pool: AsyncConnectionPool[Any]) -> None:
     app = job_app(dsn)
     pending(dsn, 3)
@@ -382,6 +430,94 @@ async def test_claimer_claims_through_claim_few_after_a_short_round(
         runtime.close()
     assert asked == [True, False, True]
     assert len(reported) == 6
+
+
+async def test_claimer_keeps_one_claim_cursor_for_its_kept_connection(
+    dsn: str, pool: AsyncConnectionPool[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One cursor for every claim on the kept connection (psycopg then keeps what it looked up
+    for the statement); when the server ends that connection, the next round claims on another
+    with a cursor of its own."""
+    app = job_app(dsn)
+    pending(dsn, 2)
+    made: list[Any] = []
+    claim_cursor = store.claim_cursor
+
+    def spy(conn: Any) -> Any:
+        made.append(conn)
+        return claim_cursor(conn)
+
+    monkeypatch.setattr(store, "claim_cursor", spy)
+    claimer, reported, threads, runtime = await claimer_for(dsn, pool, app, 1, ControlWatcher(pool))
+    try:
+        for _ in range(2):
+            assert len(await claimer.run_once()) == 1
+            await claimer.wait_attempts()
+        assert len(made) == 1
+        execute(dsn, f"SELECT pg_terminate_backend({made[0].info.backend_pid})")
+        # The server's goodbye has reached the idle socket (what the kept connection checks).
+        await wait_until(lambda: _readable(made[0]), timeout=10, what="the goodbye")
+        pending(dsn, 1)
+        assert len(await claimer.run_once()) == 1
+        await claimer.wait_attempts()
+    finally:
+        threads.shutdown()
+        runtime.close()
+    assert len(made) == 2 and made[1] is not made[0]
+    assert len(reported) == 3
+
+
+def _readable(conn: Any) -> bool:
+    return bool(select.select([conn.pgconn.socket], [], [], 0)[0])
+
+
+async def test_claimer_starts_the_attempts_before_it_counts_them(
+    dsn: str, pool: AsyncConnectionPool[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's metrics wait until the attempts have taken their first step: at idle the
+    handler of the task whose NOTIFY woke the claimer starts before that bookkeeping."""
+    app = taskq.App(dsn=dsn)
+    started: list[int] = []
+
+    @app.task("svc.job")
+    async def job(ctx: taskq.TaskContext, payload: Any) -> None:
+        started.append(ctx.task_id)
+
+    pending(dsn, 3)
+    control = ControlWatcher(pool)
+    claimer, _reported, threads, runtime = await claimer_for(dsn, pool, app, 3, control)
+    seen_at_count: list[int] = []
+    claimed_many = claimer._metrics.claimed_many
+
+    def spy(tasks: Any) -> None:
+        seen_at_count.append(len(started))
+        claimed_many(tasks)
+
+    monkeypatch.setattr(claimer._metrics, "claimed_many", spy)
+    try:
+        assert len(await claimer.run_once()) == 3
+        await claimer.wait_attempts()
+    finally:
+        threads.shutdown()
+        runtime.close()
+    assert seen_at_count == [3]
+
+
+async def test_claimer_wake_says_whether_it_changed_anything(
+    dsn: str, pool: AsyncConnectionPool[Any]
+) -> None:
+    """The notifier gives way to a claimer only when its wake-up did something."""
+    claimer, _reported, threads, runtime = await claimer_for(
+        dsn, pool, job_app(dsn), 1, ControlWatcher(pool)
+    )
+    try:
+        assert claimer.wake() is False  # a new claimer claims at once: already woken
+        assert await claimer.run_once() == []  # a round takes the wake-up
+        assert claimer.wake() is True
+        assert claimer.wake() is False
+    finally:
+        threads.shutdown()
+        runtime.close()
 
 
 async def test_an_idle_half_open_type_is_not_looked_for_on_every_claim_round(

@@ -25,7 +25,7 @@ from taskq.db.store.cancel import (
     cancel_tasks,
     tasks_by_ids,
 )
-from taskq.db.store.claim import claim_batch, isolated_due, limits_declare
+from taskq.db.store.claim import claim_batch, claim_cursor, isolated_due, limits_declare
 from taskq.db.store.control import (
     aprotection_set,
     breaker_give_back_probe,
@@ -189,6 +189,7 @@ __all__ = [
     "chart_outcomes",
     "chart_retries",
     "claim_batch",
+    "claim_cursor",
     "control_state",
     "copy_plain_tasks",
     "copy_tasks",

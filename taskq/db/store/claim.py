@@ -33,6 +33,18 @@ class _PayloadLoader(JsonbLoader):
         return _RAW_DECODE(bytes(data[1:]).decode())[0]
 
 
+def claim_cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[tuple[Any, ...]]:
+    """A cursor for ``claim_batch`` on ``conn``: tuple rows, the claim's payload loader.
+
+    A claimer keeps one for its kept connection (``claim_batch(cursor=...)``): psycopg keeps a
+    cursor's adapters, and its Transformer with the dumpers and loaders it looked up, from one
+    execute of the same query to the next. A cursor per claim built all of that again, and at
+    idle (each claim on caches gone cold) that was ~0.1 ms of the dispatch."""
+    cur = conn.cursor(row_factory=tuple_row)
+    cur.adapters.register_loader("jsonb", _PayloadLoader)
+    return cur
+
+
 async def claim_batch(
     conn: psycopg.AsyncConnection[Any],
     *,
@@ -44,17 +56,19 @@ async def claim_batch(
     probe: bool = False,
     isolated: bool = False,
     few: bool = False,
+    cursor: psycopg.AsyncCursor[tuple[Any, ...]] | None = None,
 ) -> Claimed:
     """Claim for the task types in ``handlers``; their settings fill rows that left
     max_retry_count / timeout_seconds NULL. ``.held_for`` on the result: seconds until a
     rate-limited type with due work gets its next token. ``isolated``: at most one row, and
     only one marked isolate (the isolator's claim); else never one marked isolate.
     ``few``: the caller expects fewer runnable rows than ``limit`` (its last claim came back
-    short): the same claim, through ``claim_few`` (one scan when they do fit)."""
+    short): the same claim, through ``claim_few`` (one scan when they do fit). ``cursor``:
+    one from ``claim_cursor(conn)``, kept by the caller; else one for this claim."""
     # Plain tuple rows, built straight into ClaimedTask: the SELECT lists its fields in order
     # (tests/unit checks), then held_for; one dict per claimed row was wasted work.
-    async with conn.cursor(row_factory=tuple_row) as cur:
-        cur.adapters.register_loader("jsonb", _PayloadLoader)
+    cur = claim_cursor(conn) if cursor is None else cursor
+    try:
         await cur.execute(
             query("claim_few" if few else "claim_batch"),
             {
@@ -71,6 +85,9 @@ async def claim_batch(
             binary=True,
         )
         rows = await cur.fetchall()
+    finally:
+        if cursor is None:
+            await cur.close()
     tasks = Claimed(ClaimedTask(*row[:-1]) for row in rows if row[0] is not None)
     for row in rows:
         if row[0] is None:
