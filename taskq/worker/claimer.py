@@ -474,7 +474,7 @@ class Claimer(Service):
                 self._quiet(task_type)
         if policy.handlers and limit > 0:
             cursor = self._cursor
-            if cursor is None or cursor.connection is not conn:
+            if cursor is None or cursor.closed or cursor.connection is not conn:
                 cursor = self._cursor = store.claim_cursor(conn)
             batch = await store.claim_batch(
                 conn,
@@ -486,6 +486,11 @@ class Claimer(Service):
                 few=few,
                 cursor=cursor,
             )
+            if len(batch) > 1:
+                # The cursor keeps its result (every row's payload, as bytes) until the next
+                # claim, however long the worker then idles: kept only for the one-row claims
+                # of an idle worker, where it pays.
+                await cursor.close()
             claimed += batch
             claimed.held_for = batch.held_for
         return claimed

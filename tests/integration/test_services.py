@@ -435,11 +435,11 @@ async def test_claimer_claims_through_claim_few_after_a_short_round(
 async def test_claimer_keeps_one_claim_cursor_for_its_kept_connection(
     dsn: str, pool: AsyncConnectionPool[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One cursor for every claim on the kept connection (psycopg then keeps what it looked up
-    for the statement); when the server ends that connection, the next round claims on another
-    with a cursor of its own."""
+    """One cursor for the one-row claims of an idle worker on its kept connection (psycopg then
+    keeps what it looked up for the statement). A claim of more rows closes it (it would keep
+    their payloads until the next claim), and when the server ends the connection the next
+    round claims on another, each with a cursor of its own."""
     app = job_app(dsn)
-    pending(dsn, 2)
     made: list[Any] = []
     claim_cursor = store.claim_cursor
 
@@ -447,24 +447,30 @@ async def test_claimer_keeps_one_claim_cursor_for_its_kept_connection(
         made.append(conn)
         return claim_cursor(conn)
 
+    async def claim_round(expected: int) -> None:
+        pending(dsn, expected)
+        assert len(await claimer.run_once()) == expected
+        await claimer.wait_attempts()
+
     monkeypatch.setattr(store, "claim_cursor", spy)
-    claimer, reported, threads, runtime = await claimer_for(dsn, pool, app, 1, ControlWatcher(pool))
+    claimer, reported, threads, runtime = await claimer_for(dsn, pool, app, 3, ControlWatcher(pool))
     try:
-        for _ in range(2):
-            assert len(await claimer.run_once()) == 1
-            await claimer.wait_attempts()
+        await claim_round(1)
+        await claim_round(1)
         assert len(made) == 1
+        await claim_round(2)  # on the same cursor, which it then closes
+        assert len(made) == 1
+        await claim_round(1)
+        assert len(made) == 2 and made[1] is made[0]  # a new cursor, the same connection
         execute(dsn, f"SELECT pg_terminate_backend({made[0].info.backend_pid})")
         # The server's goodbye has reached the idle socket (what the kept connection checks).
         await wait_until(lambda: _readable(made[0]), timeout=10, what="the goodbye")
-        pending(dsn, 1)
-        assert len(await claimer.run_once()) == 1
-        await claimer.wait_attempts()
+        await claim_round(1)
     finally:
         threads.shutdown()
         runtime.close()
-    assert len(made) == 2 and made[1] is not made[0]
-    assert len(reported) == 3
+    assert len(made) == 3 and made[2] is not made[0]
+    assert len(reported) == 6
 
 
 def _readable(conn: Any) -> bool:
