@@ -6,7 +6,6 @@ flood against a running worker: claim rounds stay bounded."""
 from __future__ import annotations
 
 import asyncio
-import select
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -20,6 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 import taskq
 from taskq.control.state import ControlWatcher
 from taskq.db import store
+from taskq.db.connection import _maybe_gone
 from taskq.model import ClaimedTask
 from taskq.ops import health, prune, stats, switches
 from taskq.outcome import Outcome
@@ -464,17 +464,13 @@ async def test_claimer_keeps_one_claim_cursor_for_its_kept_connection(
         assert len(made) == 2 and made[1] is made[0]  # a new cursor, the same connection
         execute(dsn, f"SELECT pg_terminate_backend({made[0].info.backend_pid})")
         # The server's goodbye has reached the idle socket (what the kept connection checks).
-        await wait_until(lambda: _readable(made[0]), timeout=10, what="the goodbye")
+        await wait_until(lambda: _maybe_gone(made[0]), timeout=10, what="the goodbye")
         await claim_round(1)
     finally:
         threads.shutdown()
         runtime.close()
     assert len(made) == 3 and made[2] is not made[0]
     assert len(reported) == 6
-
-
-def _readable(conn: Any) -> bool:
-    return bool(select.select([conn.pgconn.socket], [], [], 0)[0])
 
 
 async def test_claimer_starts_the_attempts_before_it_counts_them(
