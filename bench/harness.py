@@ -540,6 +540,19 @@ def drain_timing(
     )
 
 
+LATENCY_INTERVAL = 0.02
+LATENCY_SECONDS = 30.0
+
+
+def latency_seconds(quick: bool) -> float:
+    """How long a latency run enqueues, one task every ``LATENCY_INTERVAL``: 1,500 tasks, so
+    its p99 is the 15th slowest and its max one of 1,500. At 10 s (500 tasks, the p99 the 5th
+    slowest) the p99 of the same code moved by a third from run to run on a shared machine,
+    more than the difference the oban-py rows are there to show. A longer run also meets the
+    periodic work each system does at idle (leases, reapers, breakers)."""
+    return 3.0 if quick else LATENCY_SECONDS
+
+
 def run_latency_producer(
     procs: Processes,
     argv: list[str],

@@ -275,14 +275,14 @@ def run_oban(
     does for the drains), and the pairs come back as one more measurement (``oban-pairs``):
     a tail measured minutes apart on a shared machine says more about the machine's hour than
     about either queue."""
-    from bench.harness import Measurement
+    from bench.harness import LATENCY_INTERVAL, Measurement, latency_seconds
     from bench.scenarios import best_latency, latency_measurement
 
     version = ensure_oban(say)
     label = f"oban-py {version}"
     dsn = admin_dsn_factory("oban")
     _install_schema(dsn)
-    seconds = 3.0 if quick else 10.0
+    seconds = latency_seconds(quick)
     found = []
     pairs: list[dict[str, Any]] = []
     for i in range(max(1, repeat)):
@@ -291,7 +291,7 @@ def run_oban(
         say(f"oban: {label} latency" + (f", pair {i + 1}" if ours is not None else ""))
         starts = log_dir / "oban-latency-starts.txt"
         starts.unlink(missing_ok=True)
-        committed = _latency(dsn, log_dir, starts, seconds=seconds, interval=0.02)
+        committed = _latency(dsn, log_dir, starts, seconds=seconds, interval=LATENCY_INTERVAL)
         theirs = latency_measurement("oban", f"{label}: commit -> handler start", committed, starts)
         found.append(theirs)
         if ours is not None and not taskq_first:

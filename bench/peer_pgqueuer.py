@@ -403,7 +403,7 @@ def run_peer(
     """Install PgQueuer, then its enqueues, drains and latency. ``admin_dsn_factory(suffix)``
     creates a database of the run and returns its DSN. Each enqueue and drain runs ``repeat``
     times; the best run is reported, every run's rate in ``runs``."""
-    from bench.harness import Measurement
+    from bench.harness import LATENCY_INTERVAL, Measurement, latency_seconds
     from bench.scenarios import best_latency, latency_measurement
 
     version = ensure_peer(say)
@@ -465,13 +465,13 @@ def run_peer(
                         f"{d['db_cpu_us_per_task']:.0f}us{_spread(runs)}",
                     )
                 )
-    seconds = 3.0 if quick else 10.0
+    seconds = latency_seconds(quick)
     found = []
     for _ in range(repeat):
         say(f"peer: {label} latency")
         starts = log_dir / "pgq-latency-starts.txt"
         starts.unlink(missing_ok=True)
-        committed = _latency(dsn, log_dir, seconds=seconds, interval=0.02)
+        committed = _latency(dsn, log_dir, seconds=seconds, interval=LATENCY_INTERVAL)
         found.append(
             latency_measurement("peer", f"{label}: commit -> handler start", committed, starts)
         )

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from bench import apps
 from bench.harness import (
+    LATENCY_INTERVAL,
     POLL_SECONDS,
     CpuMeter,
     DrainTiming,
@@ -27,6 +28,7 @@ from bench.harness import (
     count_not_done,
     db_counters,
     drain_timing,
+    latency_seconds,
     load_noop_backlog,
     per_task,
     percentile,
@@ -496,8 +498,8 @@ def best_latency(found: list[Measurement]) -> Measurement:
 
 
 def latency_once(ctx: Context) -> Measurement:
-    seconds = 3.0 if ctx.quick else 10.0
-    interval = 0.02
+    seconds = latency_seconds(ctx.quick)
+    interval = LATENCY_INTERVAL
     latency_file = ctx.log_dir / f"latency-{secrets.token_hex(3)}.txt"
     env = {apps.LATENCY_FILE_ENV: str(latency_file)}
     app = apps.app
