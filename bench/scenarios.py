@@ -34,6 +34,7 @@ from bench.harness import (
     percentile,
     proc_status,
     progress_watch,
+    reset_protection,
     reset_tasks,
     settle,
     taskq_command,
@@ -676,7 +677,7 @@ def storm_drain(
     until the last task is done."""
     with db_connect(ctx.dsn) as conn:
         reset_tasks(conn)
-        conn.execute("TRUNCATE taskq.breakers, taskq.task_stats")
+        reset_protection(conn)
         settle(conn)
         with Processes(ctx.log_dir) as procs:
             procs.spawn(
@@ -724,13 +725,21 @@ def failure_storm(ctx: Context) -> list[Measurement]:
     tasks = 3_000 if ctx.quick else 20_000
     slots = 32
     runs: dict[str, list[dict[str, Any]]] = {"success": [], "failure": [], "retry": []}
-    for _ in range(max(1, ctx.repeat)):
-        runs["success"].append(storm_drain(ctx, task_type="bench.noop", tasks=tasks, slots=slots))
-        runs["failure"].append(storm_drain(ctx, task_type="bench.fail", tasks=tasks, slots=slots))
-        # Fail and retry: a third of the tasks, three attempts each (two retries at once).
-        runs["retry"].append(
-            storm_drain(ctx, task_type="bench.retry", tasks=tasks // 3, slots=slots, attempts=3)
-        )
+    try:
+        for _ in range(max(1, ctx.repeat)):
+            runs["success"].append(
+                storm_drain(ctx, task_type="bench.noop", tasks=tasks, slots=slots)
+            )
+            runs["failure"].append(
+                storm_drain(ctx, task_type="bench.fail", tasks=tasks, slots=slots)
+            )
+            # Fail and retry: a third of the tasks, three attempts each (two retries at once).
+            runs["retry"].append(
+                storm_drain(ctx, task_type="bench.retry", tasks=tasks // 3, slots=slots, attempts=3)
+            )
+    finally:
+        with db_connect(ctx.dsn) as conn:
+            reset_protection(conn)  # the later scenarios' workers must not inherit the storm
     per_attempt = {
         kind: statistics.median(r["db_cpu_ms_per_attempt"] for r in found)
         for kind, found in runs.items()
