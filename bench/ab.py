@@ -7,6 +7,13 @@ on their ``PYTHONPATH``; ``rev:HEAD~1 X=1`` compares the last commit with the wo
 drains (``"sql:ALTER TABLE taskq.tasks SET (fillfactor = 100)"``), for schema experiments.
 The drains alternate A, B, then B, A, and so on, so that the machine's drift hits both and
 neither always runs first. Prints each drain and the medians.
+
+``--latency`` alternates idle dispatch-latency runs instead of drains (the ``latency``
+scenario: 1,500 tasks over 30 s); ``--before STATEMENT`` runs a statement before every run of
+both sides, e.g. a breaker state the runs should start from::
+
+    python bench/ab.py rev:HEAD~1 X=1 --latency --before "TRUNCATE taskq.breakers" \
+        --before "INSERT INTO taskq.breakers (task_type, state) VALUES ('bench.fail', 'HALF_OPEN')"
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from bench.harness import (
 from bench.scenarios import Context
 from taskq.db.migrate import upgrade
 
+_LATENCY = ("p50_ms", "p99_ms", "max_ms")
+
 
 def _side(text: str, scratch: Path) -> tuple[dict[str, str], str | None]:
     """A side's environment for the workers, and its statement to run before each drain."""
@@ -62,6 +71,8 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dsn", default=DEFAULT_DSN)
+    parser.add_argument("--latency", action="store_true", help="latency runs instead of drains")
+    parser.add_argument("--before", action="append", default=[], metavar="STATEMENT")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="taskq-ab-revs-"))
     try:
@@ -71,6 +82,7 @@ def main() -> int:
         raise
     dbs = Databases(args.dsn)
     results: dict[str, list[tuple[float, float, float]]] = {args.a: [], args.b: []}
+    latency: dict[str, list[dict[str, float]]] = {args.a: [], args.b: []}
     try:
         dsn = dbs.create("ab")
         upgrade(dsn)
@@ -86,12 +98,20 @@ def main() -> int:
             # runs, whichever build it was.
             for side in (args.a, args.b) if r % 2 == 0 else (args.b, args.a):
                 env, statement = sides[side]
-                if statement is not None:
-                    with connect(dsn) as conn:
-                        conn.execute(statement)
+                with connect(dsn) as conn:
+                    for before in [*args.before, *([statement] if statement else [])]:
+                        conn.execute(before)
                 saved = dict(os.environ)
                 os.environ.update(env)
                 try:
+                    if args.latency:
+                        latency[side].append(scenarios.latency_once(ctx).details)
+                        d = latency[side][-1]
+                        print(
+                            f"{side:32} p50 {d['p50_ms']:.2f}  p99 {d['p99_ms']:.2f}  "
+                            f"max {d['max_ms']:.2f} ms"
+                        )
+                        continue
                     t = scenarios.drain(
                         ctx, tasks=args.tasks, processes=args.processes, slots=args.slots
                     )
@@ -111,7 +131,13 @@ def main() -> int:
     finally:
         dbs.drop_all()
         shutil.rmtree(scratch, ignore_errors=True)
+    for side, found in latency.items():
+        if found:
+            p50, p99, top = (statistics.median(d[k] for d in found) for k in _LATENCY)
+            print(f"median {side:25} p50 {p50:.2f}  p99 {p99:.2f}  max {top:.2f} ms")
     for side, runs in results.items():
+        if not runs:
+            continue
         med = [statistics.median(r[i] for r in runs) for i in range(3)]
         print(f"median {side:25} {med[0]:9,.0f}/s  worker {med[1]:5.1f} us  db {med[2]:5.1f} us")
     return 0
