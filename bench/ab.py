@@ -105,8 +105,8 @@ def main() -> int:
                 os.environ.update(env)
                 try:
                     if args.latency:
-                        latency[side].append(scenarios.latency_once(ctx).details)
-                        d = latency[side][-1]
+                        d = scenarios.latency_once(ctx).details
+                        latency[side].append(d)
                         print(
                             f"{side:32} p50 {d['p50_ms']:.2f}  p99 {d['p99_ms']:.2f}  "
                             f"max {d['max_ms']:.2f} ms"

@@ -347,6 +347,8 @@ class Claimer(Service):
                         with self._claims_in_flight.claiming():
                             probed = await self._probe(conn, due)
                         self._start(probed)
+                        # A new list, not the batch extended: _start handed the batch to the
+                        # claim's metrics callback, which must count it alone.
                         held_for = claimed.held_for
                         claimed = Claimed([*claimed, *probed])
                         claimed.held_for = held_for
