@@ -73,6 +73,11 @@ def main() -> int:
     parser.add_argument("--dsn", default=DEFAULT_DSN)
     parser.add_argument("--latency", action="store_true", help="latency runs instead of drains")
     parser.add_argument("--before", action="append", default=[], metavar="STATEMENT")
+    parser.add_argument(
+        "--random-arrivals",
+        action="store_true",
+        help="latency runs enqueue at Poisson instants of the same mean rate",
+    )
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="taskq-ab-revs-"))
     try:
@@ -92,6 +97,7 @@ def main() -> int:
             log_dir=Path(tempfile.mkdtemp(prefix="taskq-ab-")),
             console=Console(stderr=True),
             processes_flag=worker_supports_processes(),
+            random_arrivals=args.random_arrivals,
         )
         for r in range(args.rounds):
             # The order swaps every round: the first drain of a pair ran 3-4 % faster in some

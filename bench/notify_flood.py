@@ -1,11 +1,12 @@
 """A NOTIFY flood at an idle worker: what does it cost?
 
 Anyone who can connect can ``NOTIFY taskq_tasks``. The worker treats a notification as a hint
-and coalesces wake-ups (``WorkerSettings.claim_coalesce_seconds``): after a claim round that
-found the queue drained, the next round waits at least that long however many notifications
-arrive. This runs one in-process worker (one queue, nothing to do) while N sender *processes*
-NOTIFY as fast as they can, each notification its own transaction, and prints for each
-coalesce setting: notifications heard, claim rounds, and the worker process's CPU seconds.
+and paces wake-ups (``WorkerSettings.claim_coalesce_seconds``): after a claim round that
+found the queue drained, notifications start at most one round per that period (after a burst
+of a few) however many arrive. This runs one in-process worker (one queue, nothing to do)
+while N sender *processes* NOTIFY as fast as they can, each notification its own transaction,
+and prints for each coalesce setting: notifications heard, claim rounds, and the worker
+process's CPU seconds.
 
     python bench/notify_flood.py [--dsn SERVER_DSN] [--seconds 5] [--senders 4]
 

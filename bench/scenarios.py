@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import secrets
 import statistics
 import sys
@@ -63,6 +64,9 @@ class Context:
     """Slots per worker for the drains (``--drain-slots``; default 32 and 100)."""
     shared: dict[str, Any] = dataclasses.field(default_factory=dict)
     """What one scenario learns for a later one (the worker's observed claim batch)."""
+    random_arrivals: bool = False
+    """Latency runs enqueue at random (Poisson) instants of the same mean rate instead of
+    one every ``LATENCY_INTERVAL``: some tasks then arrive just after a claim round."""
 
     def say(self, message: str) -> None:
         self.console.log(message)
@@ -518,9 +522,10 @@ def latency_once(ctx: Context) -> Measurement:
                 wait_drained(admin, procs, tasks=1)
                 time.sleep(0.2)
                 count = int(seconds / interval)
+                offsets = arrival_offsets(count, interval, random_arrivals=ctx.random_arrivals)
                 start = time.monotonic()
-                for i in range(count):
-                    pause = start + i * interval - time.monotonic()
+                for i, offset in enumerate(offsets):
+                    pause = start + offset - time.monotonic()
                     if pause > 0:
                         time.sleep(pause)
                     task_id = app.enqueue(conn, "bench.latency", {"seq": i})
@@ -528,6 +533,20 @@ def latency_once(ctx: Context) -> Measurement:
                     committed[task_id] = time.time_ns()  # commit acknowledged
             wait_drained(admin, procs, tasks=len(committed))
     return latency_measurement("latency", "taskq: commit -> handler start", committed, latency_file)
+
+
+def arrival_offsets(count: int, interval: float, *, random_arrivals: bool) -> list[float]:
+    """Seconds from the start at which each of ``count`` tasks is enqueued: evenly spaced, or
+    a Poisson process of the same mean rate (a fixed seed, so both sides of an A/B get the
+    same instants)."""
+    if not random_arrivals:
+        return [i * interval for i in range(count)]
+    rng = random.Random(15)
+    at, out = 0.0, []
+    for _ in range(count):
+        out.append(at)
+        at += rng.expovariate(1.0 / interval)
+    return out
 
 
 def read_starts(path: Path) -> dict[int, int]:

@@ -80,8 +80,9 @@ class WorkerSettings:
     control_interval_seconds: float = 1.0
     gauge_interval_seconds: float = 10.0
     claim_coalesce_seconds: float = 0.005
-    """After a claim round that found the queue drained, the next one waits at least this long,
-    however many NOTIFYs arrive (anyone who can connect can send them)."""
+    """After a claim round that found the queue drained, wake-ups start rounds at once while
+    they are rare, and no more than one per this period (after a burst of a few) however many
+    NOTIFYs arrive (anyone who can connect can send them)."""
     log_payloads: bool = False
     """Payloads are never logged unless this is set (they may hold personal data)."""
 

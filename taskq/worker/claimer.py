@@ -33,11 +33,12 @@ the one task whose NOTIFY woke the round (p99 of the idle dispatch latency 5.57 
 medians of three alternated 1,500-task runs with a HALF_OPEN type that had nothing to probe).
 A kept slot the probe did not use goes to the next round, which follows at once.
 
-Wake-ups are coalesced: after a round that came back short, the next round starts no sooner
-than ``coalesce_seconds`` after it, however many notifications arrive meanwhile. NOTIFY is
-only a hint (anyone who can connect may send one), so a flood of them costs at most one claim
-round per queue per ``coalesce_seconds``; a queue that is being drained (full rounds) is never
-held back.
+Wake-ups are paced (``Cooldown``): after a round that came back short, a wake-up starts the
+next round at once while rounds are rare, and once they come faster than one per
+``coalesce_seconds`` (after a burst of ``COALESCE_BURST``), no sooner than that. NOTIFY is only
+a hint (anyone who can connect may send one), so a flood of them costs at most one claim round
+per queue per ``coalesce_seconds``; a task that arrives just after a round at idle does not wait
+for the period; a queue that is being drained (full rounds) is never held back.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from taskq import logs
-from taskq.backoff import Backoff, jittered
+from taskq.backoff import Backoff, Cooldown, jittered
 from taskq.control.protection import Policy, claim_policy
 from taskq.control.state import ControlWatcher
 from taskq.db import store
@@ -67,6 +68,10 @@ from taskq.worker.inflight import ClaimsInFlight
 from taskq.worker.metrics import Metrics
 
 log = structlog.get_logger("taskq.worker.claimer")
+
+COALESCE_BURST = 4
+"""Claim rounds that wake-ups may start back to back before the pacing holds them to one per
+``coalesce_seconds``."""
 
 
 class Claimer(Service):
@@ -113,7 +118,7 @@ class Claimer(Service):
         self._probe_quiet: dict[str, float] = {}  # type -> monotonic time to try its probe again
         self._room = room
         self._on_lease_lost = on_lease_lost
-        self._coalesce = coalesce_seconds
+        self._cooldown = Cooldown(coalesce_seconds, COALESCE_BURST)
         # Shared with the completer, which sends its batch once our claim is answered.
         self._claims_in_flight = ClaimsInFlight() if claims_in_flight is None else claims_in_flight
         self.gate = gate
@@ -121,7 +126,6 @@ class Claimer(Service):
         self.round = asyncio.Lock()
         """Held through a claim round: once the gate is cleared, acquiring it once means no
         round that missed the gate is still out."""
-        self._last_round = float("-inf")
         self._last_full = False
         self._backoff = Backoff(initial=0.1, cap=5.0)
         self._wake = asyncio.Event()
@@ -278,9 +282,9 @@ class Claimer(Service):
                 except TimeoutError:
                     pass
             if not self._last_full:
-                # Coalesce wake-ups after a short round: the queue was drained then, so a
-                # notification is a hint that can wait a few milliseconds for the ones behind it.
-                gap = self._last_round + self._coalesce - time.monotonic()
+                # After a short round a wake-up is a hint: paced, so that a flood of them waits
+                # (and gathers) while a lone one starts the round at once.
+                gap = self._cooldown.wait_seconds()
                 if gap > 0:
                     await asyncio.sleep(gap)
             if self._stopping:
@@ -317,7 +321,7 @@ class Claimer(Service):
         async with self.round:
             if self.gate is not None and not self.gate.is_set():
                 return []  # the isolator is emptying the process: it wakes us when it is done
-            self._last_round = time.monotonic()
+            self._cooldown.take()
             few = not self._last_full  # the last round came back short: expect a few rows
             self._last_full = False
             self.rounds += 1

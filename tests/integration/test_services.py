@@ -24,7 +24,7 @@ from taskq.model import ClaimedTask
 from taskq.ops import health, prune, stats, switches
 from taskq.outcome import Outcome
 from taskq.service import Every
-from taskq.worker.claimer import Claimer
+from taskq.worker.claimer import COALESCE_BURST, Claimer
 from taskq.worker.completer import Completer
 from taskq.worker.executor import Executor
 from taskq.worker.heartbeat import Heartbeat
@@ -738,10 +738,35 @@ def notify_flood(dsn: str, seconds: float) -> int:
     return sent
 
 
+async def test_a_task_right_after_a_short_round_is_claimed_without_waiting_for_the_pace(
+    dsn: str, worker_factory: Any
+) -> None:
+    """At idle, a task whose NOTIFY arrives just after a claim round starts at once: wake-ups
+    are held back only once rounds come faster than one per coalesce period. (A fixed gap after
+    every short round held the second task here for the whole two seconds.)"""
+    app = taskq.App(dsn=dsn)
+    started = {name: asyncio.Event() for name in ("first", "second")}
+
+    @app.task("svc.timed")
+    async def timed(ctx: taskq.TaskContext, payload: Any) -> None:
+        started[payload["name"]].set()
+
+    coalesce = 2.0
+    handle = await worker_factory(app, poll_interval_seconds=30, claim_coalesce_seconds=coalesce)
+    claimer = handle.worker.claimers["default"]
+    await wait_until(lambda: claimer.rounds >= 1, what="the first claim round")
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for name in ("first", "second"):
+            await app.enqueue(conn, "svc.timed", {"name": name})
+            async with asyncio.timeout(coalesce / 2):
+                await started[name].wait()
+
+
 @pytest.mark.slow
 async def test_a_notify_flood_costs_bounded_claim_rounds(dsn: str, worker_factory: Any) -> None:
     """Two clients NOTIFY taskq_tasks as fast as they can at an idle worker: claim rounds are
-    at most one per coalesce period while the flood lasts, however many notifications arrive.
+    at most one per coalesce period while the flood lasts (after the pacing's first burst),
+    however many notifications arrive.
     (Without coalescing every notification that finds the claimer waiting is a claim round.)"""
     app = job_app(dsn)
     coalesce = 0.05
@@ -762,4 +787,4 @@ async def test_a_notify_flood_costs_bounded_claim_rounds(dsn: str, worker_factor
     elapsed = time.monotonic() - start
     rounds = claimer.rounds - rounds_before
     print(f"NOTIFY flood: {sent} notifications in {elapsed:.2f}s -> {rounds} claim rounds")
-    assert 1 <= rounds <= elapsed / coalesce + 3
+    assert 1 <= rounds <= elapsed / coalesce + COALESCE_BURST + 3

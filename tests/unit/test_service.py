@@ -1,4 +1,5 @@
-"""The service base: outages logged once, the leader gate, wake-ups coalesced. No database."""
+"""The service base: outages logged once, the leader gate, wake-ups coalesced and paced. No
+database."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import psycopg
 import pytest
 
 import taskq.service
+from taskq.backoff import Cooldown
 from taskq.schedules import Schedule, plan
 from taskq.service import PeriodicService
 
@@ -145,6 +147,51 @@ async def test_wake_ups_are_coalesced() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert 2 <= service.calls <= elapsed / 0.02 + 2
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_cooldown_lets_rare_runs_through_at_once() -> None:
+    """Runs further apart than the period never wait, even right after the previous one's
+    start (what a task arriving just after a claim round needs)."""
+    clock = Clock()
+    cooldown = Cooldown(0.005, burst=4, clock=clock)
+    for _ in range(20):
+        assert cooldown.wait_seconds() == 0.0
+        cooldown.take()
+        clock.now += 0.001  # the next wake-up 1 ms after this run: at once, from the burst
+        assert cooldown.wait_seconds() == 0.0
+        clock.now += 0.019  # 20 ms apart on average, the bucket refills
+
+
+def test_a_cooldown_bounds_a_flood_to_one_run_per_period_after_the_burst() -> None:
+    clock = Clock()
+    cooldown = Cooldown(0.005, burst=4, clock=clock)
+    waits = []
+    for _ in range(4):
+        waits.append(cooldown.wait_seconds())
+        cooldown.take()
+    assert waits == [0.0] * 4  # the burst
+    runs, start = 0, clock.now
+    while clock.now - start < 1.0:  # a second of wake-ups, each run as soon as allowed
+        clock.now += cooldown.wait_seconds()
+        cooldown.take()
+        runs += 1
+        clock.now += 0.0001
+    assert 190 <= runs <= 200
+
+
+def test_a_cooldown_of_zero_never_waits() -> None:
+    cooldown = Cooldown(0.0, burst=4, clock=Clock())
+    for _ in range(10):
+        cooldown.take()
+        assert cooldown.wait_seconds() == 0.0
 
 
 # --- catch-up: never a burst on restart ------------------------------------------------------
