@@ -9,8 +9,9 @@ The drains alternate A, B, then B, A, and so on, so that the machine's drift hit
 neither always runs first. Prints each drain and the medians.
 
 ``--latency`` alternates idle dispatch-latency runs instead of drains (the ``latency``
-scenario: 1,500 tasks over 30 s); ``--before STATEMENT`` runs a statement before every run of
-both sides, e.g. a breaker state the runs should start from::
+scenario: 1,500 tasks over 30 s; with ``--random-arrivals`` at the Poisson instants of
+``bench/arrivals.py`` instead of one every 20 ms); ``--before STATEMENT`` runs a statement
+before every run of both sides, e.g. a breaker state the runs should start from::
 
     python bench/ab.py rev:HEAD~1 X=1 --latency --before "TRUNCATE taskq.breakers" \
         --before "INSERT INTO taskq.breakers (task_type, state) VALUES ('bench.fail', 'HALF_OPEN')"

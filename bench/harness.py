@@ -572,10 +572,12 @@ def run_latency_producer(
     name: str,
     who: str,
     remaining: Callable[[], int],
+    random_arrivals: bool = False,
 ) -> dict[int, int]:
     """A peer's latency producer (``argv`` + count, interval and output file), run to its end;
     then wait until the peer's worker has run every job. The producer's ``"<job id> <ns>"``
-    lines (the time each enqueue's commit was acknowledged), as a dict."""
+    lines (the time each enqueue's commit was acknowledged), as a dict. ``random_arrivals``:
+    the producer enqueues at ``bench/arrivals.py``'s Poisson instants."""
     producer = procs.spawn(
         [
             *argv,
@@ -585,6 +587,7 @@ def run_latency_producer(
             str(interval),
             "--out",
             str(commits),
+            *(["--random-arrivals"] if random_arrivals else []),
         ],
         name=name,
     )

@@ -64,7 +64,9 @@ class LatencyWorker:
         _record_start(int(job.id), started_ns)
 
 
-async def _enqueue_latency(dsn: str, count: int, interval: float) -> list[str]:
+async def _enqueue_latency(
+    dsn: str, count: int, interval: float, random_arrivals: bool = False
+) -> list[str]:
     """Enqueue ``count`` jobs, one every ``interval`` seconds, through ``Oban.enqueue`` on an
     autocommit psycopg connection; ``"<job id> <ns>"`` lines, the time taken as soon as the
     enqueue returned (its INSERT is its own transaction: the commit was acknowledged)."""
@@ -88,9 +90,11 @@ async def _enqueue_latency(dsn: str, count: int, interval: float) -> list[str]:
             if time.monotonic() > deadline:
                 raise TimeoutError("the oban worker did not run the warm-up job within 60s")
             await asyncio.sleep(0.05)
+        from arrivals import offsets  # bench/, this script's directory
+
         start = time.monotonic() + interval
-        for i in range(count):
-            pause = start + i * interval - time.monotonic()
+        for i, offset in enumerate(offsets(count, interval, random_arrivals=random_arrivals)):
+            pause = start + offset - time.monotonic()
             if pause > 0:
                 await asyncio.sleep(pause)
             job = await oban.enqueue(Job(LATENCY_WORKER, args={"seq": i}), conn=conn)
@@ -109,8 +113,9 @@ def peer_main() -> None:
     enq.add_argument("--count", type=int, required=True)
     enq.add_argument("--interval", type=float, required=True)
     enq.add_argument("--out", type=Path, required=True)
+    enq.add_argument("--random-arrivals", action="store_true")
     args = parser.parse_args()
-    lines = asyncio.run(_enqueue_latency(args.dsn, args.count, args.interval))
+    lines = asyncio.run(_enqueue_latency(args.dsn, args.count, args.interval, args.random_arrivals))
     args.out.write_text("\n".join(lines) + "\n")
 
 
@@ -230,7 +235,13 @@ def _remaining(conn: Any) -> int:
 
 
 def _latency(
-    dsn: str, log_dir: Path, starts: Path, *, seconds: float, interval: float
+    dsn: str,
+    log_dir: Path,
+    starts: Path,
+    *,
+    seconds: float,
+    interval: float,
+    random_arrivals: bool,
 ) -> dict[int, int]:
     from bench.harness import Processes, connect, run_latency_producer
 
@@ -254,6 +265,7 @@ def _latency(
                 name="oban-latency-producer",
                 who="oban",
                 remaining=lambda: _remaining(conn),
+                random_arrivals=random_arrivals,
             )
 
 
@@ -265,6 +277,7 @@ def run_oban(
     say: Callable[[str], None],
     repeat: int = 1,
     ours: Callable[[], Measurement] | None = None,
+    random_arrivals: bool = False,
 ) -> list[Measurement]:
     """Install oban-py, then taskq's latency scenario against it, ``repeat`` times; the run with
     the lowest p99 is reported. ``admin_dsn_factory(suffix)`` creates a database of the run and
@@ -275,6 +288,7 @@ def run_oban(
     does for the drains), and the pairs come back as one more measurement (``oban-pairs``):
     a tail measured minutes apart on a shared machine says more about the machine's hour than
     about either queue."""
+    from bench import arrivals
     from bench.harness import LATENCY_INTERVAL, Measurement, latency_seconds
     from bench.scenarios import best_latency, latency_measurement
 
@@ -291,8 +305,16 @@ def run_oban(
         say(f"oban: {label} latency" + (f", pair {i + 1}" if ours is not None else ""))
         starts = log_dir / "oban-latency-starts.txt"
         starts.unlink(missing_ok=True)
-        committed = _latency(dsn, log_dir, starts, seconds=seconds, interval=LATENCY_INTERVAL)
-        theirs = latency_measurement("oban", f"{label}: commit -> handler start", committed, starts)
+        committed = _latency(
+            dsn,
+            log_dir,
+            starts,
+            seconds=seconds,
+            interval=LATENCY_INTERVAL,
+            random_arrivals=random_arrivals,
+        )
+        case = f"{label}: commit -> handler start{arrivals.label(random_arrivals)}"
+        theirs = latency_measurement("oban", case, committed, starts)
         found.append(theirs)
         if ours is not None and not taskq_first:
             mine = ours()

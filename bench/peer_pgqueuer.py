@@ -70,7 +70,9 @@ async def create_pgqueuer() -> AsyncIterator[Any]:
         await connection.close()
 
 
-async def _enqueue_latency(dsn: str, count: int, interval: float) -> list[str]:
+async def _enqueue_latency(
+    dsn: str, count: int, interval: float, random_arrivals: bool = False
+) -> list[str]:
     """Enqueue ``count`` jobs, one every ``interval`` seconds; ``"<job id> <ns>"`` lines, the
     time taken as soon as the (autocommitted) enqueue returned."""
     import asyncpg
@@ -88,9 +90,11 @@ async def _enqueue_latency(dsn: str, count: int, interval: float) -> list[str]:
             raise TimeoutError("the PgQueuer worker did not run the warm-up job within 60s")
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.2)
+    from arrivals import offsets  # bench/, this script's directory
+
     start = time.monotonic()
-    for i in range(count):
-        pause = start + i * interval - time.monotonic()
+    for i, offset in enumerate(offsets(count, interval, random_arrivals=random_arrivals)):
+        pause = start + offset - time.monotonic()
         if pause > 0:
             await asyncio.sleep(pause)
         (job_id,) = await queries.enqueue("bench.latency", str(i).encode())
@@ -162,6 +166,7 @@ def peer_main() -> None:
     enq.add_argument("--count", type=int, required=True)
     enq.add_argument("--interval", type=float, required=True)
     enq.add_argument("--out", type=Path, required=True)
+    enq.add_argument("--random-arrivals", action="store_true")
     rate = sub.add_parser("enqueue-rate")
     rate.add_argument("--dsn", required=True)
     rate.add_argument("--count", type=int, required=True)
@@ -173,7 +178,7 @@ def peer_main() -> None:
     if args.command == "enqueue-rate":
         print(asyncio.run(_enqueue_rate(args.dsn, args.count, args.chunk)))
         return
-    lines = asyncio.run(_enqueue_latency(args.dsn, args.count, args.interval))
+    lines = asyncio.run(_enqueue_latency(args.dsn, args.count, args.interval, args.random_arrivals))
     args.out.write_text("\n".join(lines) + "\n")
 
 
@@ -328,7 +333,9 @@ def _drain(
     }
 
 
-def _latency(dsn: str, log_dir: Path, *, seconds: float, interval: float) -> dict[int, int]:
+def _latency(
+    dsn: str, log_dir: Path, *, seconds: float, interval: float, random_arrivals: bool
+) -> dict[int, int]:
     from bench.harness import Processes, connect, run_latency_producer
 
     starts = log_dir / "pgq-latency-starts.txt"
@@ -351,6 +358,7 @@ def _latency(dsn: str, log_dir: Path, *, seconds: float, interval: float) -> dic
                 name="pgq-latency-producer",
                 who="PgQueuer",
                 remaining=lambda: _remaining(conn),
+                random_arrivals=random_arrivals,
             )
 
 
@@ -399,10 +407,12 @@ def run_peer(
     say: Any,
     repeat: int = 1,
     sizes: list[int] | None = None,
+    random_arrivals: bool = False,
 ) -> list[Measurement]:
     """Install PgQueuer, then its enqueues, drains and latency. ``admin_dsn_factory(suffix)``
     creates a database of the run and returns its DSN. Each enqueue and drain runs ``repeat``
     times; the best run is reported, every run's rate in ``runs``."""
+    from bench import arrivals
     from bench.harness import LATENCY_INTERVAL, Measurement, latency_seconds
     from bench.scenarios import best_latency, latency_measurement
 
@@ -471,9 +481,20 @@ def run_peer(
         say(f"peer: {label} latency")
         starts = log_dir / "pgq-latency-starts.txt"
         starts.unlink(missing_ok=True)
-        committed = _latency(dsn, log_dir, seconds=seconds, interval=LATENCY_INTERVAL)
+        committed = _latency(
+            dsn,
+            log_dir,
+            seconds=seconds,
+            interval=LATENCY_INTERVAL,
+            random_arrivals=random_arrivals,
+        )
         found.append(
-            latency_measurement("peer", f"{label}: commit -> handler start", committed, starts)
+            latency_measurement(
+                "peer",
+                f"{label}: commit -> handler start{arrivals.label(random_arrivals)}",
+                committed,
+                starts,
+            )
         )
     m = best_latency(found)
     m.details["peer"] = label

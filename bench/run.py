@@ -93,6 +93,7 @@ def build_scenarios(args: argparse.Namespace, dbs: Databases) -> dict[str, Scena
             say=ctx.say,
             repeat=ctx.repeat,
             sizes=ctx.sizes,
+            random_arrivals=ctx.random_arrivals,
         )
 
     def oban(ctx: Context) -> list[Measurement]:
@@ -103,6 +104,7 @@ def build_scenarios(args: argparse.Namespace, dbs: Databases) -> dict[str, Scena
             say=ctx.say,
             repeat=ctx.repeat,
             ours=lambda: scenarios.latency_once(ctx),
+            random_arrivals=ctx.random_arrivals,
         )
 
     def versus(ctx: Context) -> list[Measurement]:
@@ -443,6 +445,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--pgbench", action="store_true", help="also run the pgbench reference")
     parser.add_argument(
+        "--random-arrivals",
+        action="store_true",
+        help="latency runs (taskq's and the peers') enqueue at random (Poisson) instants of the "
+        "same mean rate, one seed for all, instead of one task every 20 ms",
+    )
+    parser.add_argument(
         "--py-spy", metavar="PATH", help="also profile one drain worker with this py-spy binary"
     )
     parser.add_argument(
@@ -575,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
             repeat=max(1, args.repeat),
             sizes=args.sizes,
             slots=args.drain_slots,
+            random_arrivals=args.random_arrivals,
         )
         table = build_scenarios(args, dbs)
         for name in names:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import secrets
 import statistics
 import sys
@@ -17,7 +16,7 @@ from typing import Any
 import psycopg
 from rich.console import Console
 
-from bench import apps
+from bench import apps, arrivals
 from bench.harness import (
     LATENCY_INTERVAL,
     POLL_SECONDS,
@@ -522,7 +521,7 @@ def latency_once(ctx: Context) -> Measurement:
                 wait_drained(admin, procs, tasks=1)
                 time.sleep(0.2)
                 count = int(seconds / interval)
-                offsets = arrival_offsets(count, interval, random_arrivals=ctx.random_arrivals)
+                offsets = arrivals.offsets(count, interval, random_arrivals=ctx.random_arrivals)
                 start = time.monotonic()
                 for i, offset in enumerate(offsets):
                     pause = start + offset - time.monotonic()
@@ -532,21 +531,8 @@ def latency_once(ctx: Context) -> Measurement:
                     conn.commit()
                     committed[task_id] = time.time_ns()  # commit acknowledged
             wait_drained(admin, procs, tasks=len(committed))
-    return latency_measurement("latency", "taskq: commit -> handler start", committed, latency_file)
-
-
-def arrival_offsets(count: int, interval: float, *, random_arrivals: bool) -> list[float]:
-    """Seconds from the start at which each of ``count`` tasks is enqueued: evenly spaced, or
-    a Poisson process of the same mean rate (a fixed seed, so both sides of an A/B get the
-    same instants)."""
-    if not random_arrivals:
-        return [i * interval for i in range(count)]
-    rng = random.Random(15)
-    at, out = 0.0, []
-    for _ in range(count):
-        out.append(at)
-        at += rng.expovariate(1.0 / interval)
-    return out
+    case = "taskq: commit -> handler start" + arrivals.label(ctx.random_arrivals)
+    return latency_measurement("latency", case, committed, latency_file)
 
 
 def read_starts(path: Path) -> dict[int, int]:
