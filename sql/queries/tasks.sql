@@ -38,13 +38,15 @@ SELECT * FROM tree ORDER BY depth, id;
 -- name: tasks_without_task
 -- Reconciliation: which of these business keys have no task of this type at all (in any
 -- status)? A key that already ran, or is waiting, is not missing; nor is one whose finished
--- task was pruned (its done marker in task_executed outlives the row).
+-- task was pruned (its done marker in task_executed outlives the row). In the reconciler's
+-- order: an anti-join may hash, and a hash gives no order.
 SELECT k.biz_id
-FROM unnest(%(biz_ids)s::text[]) AS k(biz_id)
+FROM unnest(%(biz_ids)s::text[]) WITH ORDINALITY AS k(biz_id, n)
 WHERE NOT EXISTS (
     SELECT 1 FROM taskq.tasks AS t WHERE t.task_type = %(task_type)s AND t.biz_id = k.biz_id
 )
   AND NOT EXISTS (
     SELECT 1 FROM taskq.task_executed AS e
     WHERE e.task_type = %(task_type)s AND e.biz_id = k.biz_id
-);
+)
+ORDER BY k.n;
