@@ -34,9 +34,13 @@ def free_port() -> int:
 
 
 def asyncpg_url(dsn: str) -> str:
+    """SQLAlchemy's asyncpg URL for ``dsn``; a Unix-socket directory (the embedded server's)
+    goes in the query, where a path in the host part would be read as the database name."""
     p = conninfo_to_dict(dsn)
-    host, port = p.get("host", "127.0.0.1"), p.get("port", "5432")
-    return f"postgresql+asyncpg://{p.get('user', 'root')}@{host}:{port}/{p['dbname']}"
+    host, port, user = p.get("host", "127.0.0.1"), p.get("port", "5432"), p.get("user", "root")
+    if str(host).startswith("/"):
+        return f"postgresql+asyncpg://{user}@/{p['dbname']}?host={host}&port={port}"
+    return f"postgresql+asyncpg://{user}@{host}:{port}/{p['dbname']}"
 
 
 def post(url: str) -> tuple[int, dict[str, object]]:
