@@ -39,9 +39,9 @@ class Cooldown:
     Why a bucket and not "at least ``period`` after the last run": both bound a flood of
     wake-ups (NOTIFY is only a hint; anyone who can connect may send one) to one run per
     period, but the fixed gap also holds back a real task that arrives just after a run. With
-    tasks arriving at random instants, 50 a second, that gap doubled the p99 of the idle
-    dispatch latency (6.28 against 3.00 ms without it); the bucket only holds a run back once
-    runs come faster than one per period."""
+    tasks arriving at random instants, 50 a second, the p99 of the idle dispatch latency was
+    6.21 ms with the gap and 2.53 ms with this bucket (four alternated pairs): the bucket only
+    holds a run back once runs come faster than one per period."""
 
     def __init__(
         self, period: float, burst: int = 4, clock: Callable[[], float] = time.monotonic

@@ -357,7 +357,12 @@ async def test_completer_run_once_writes_a_batch(dsn: str, pool: AsyncConnection
 
 
 async def claimer_for(
-    dsn: str, pool: AsyncConnectionPool[Any], app: taskq.App, slots: int, control: ControlWatcher
+    dsn: str,
+    pool: AsyncConnectionPool[Any],
+    app: taskq.App,
+    slots: int,
+    control: ControlWatcher,
+    **options: Any,
 ) -> tuple[Claimer, list[Outcome], ThreadPoolExecutor, WorkerRuntime]:
     reported: list[Outcome] = []
     threads = ThreadPoolExecutor(max_workers=slots)
@@ -370,9 +375,9 @@ async def claimer_for(
         executor=Executor(runtime, worker_id="w-test", threads=threads),
         report=reported.append,
         worker_id="w-test",
-        poll_interval_seconds=1,
         control=control,
         metrics=Metrics(),
+        **{"poll_interval_seconds": 1, **options},
     )
     return claimer, reported, threads, runtime
 
@@ -739,27 +744,37 @@ def notify_flood(dsn: str, seconds: float) -> int:
 
 
 async def test_a_task_right_after_a_short_round_is_claimed_without_waiting_for_the_pace(
-    dsn: str, worker_factory: Any
+    dsn: str, pool: AsyncConnectionPool[Any]
 ) -> None:
-    """At idle, a task whose NOTIFY arrives just after a claim round starts at once: wake-ups
-    are held back only once rounds come faster than one per coalesce period. (A fixed gap after
-    every short round held the second task here for the whole two seconds.)"""
+    """At idle, a task whose wake-up comes just after a claim round is claimed at once: the
+    pacing holds rounds back only once they come faster than one per coalesce period (after
+    its burst). A fixed gap after every short round held each task here for two seconds."""
     app = taskq.App(dsn=dsn)
-    started = {name: asyncio.Event() for name in ("first", "second")}
+    started = [asyncio.Event() for _ in range(COALESCE_BURST)]
 
     @app.task("svc.timed")
     async def timed(ctx: taskq.TaskContext, payload: Any) -> None:
-        started[payload["name"]].set()
+        started[payload].set()
 
-    coalesce = 2.0
-    handle = await worker_factory(app, poll_interval_seconds=30, claim_coalesce_seconds=coalesce)
-    claimer = handle.worker.claimers["default"]
-    await wait_until(lambda: claimer.rounds >= 1, what="the first claim round")
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        for name in ("first", "second"):
-            await app.enqueue(conn, "svc.timed", {"name": name})
-            async with asyncio.timeout(coalesce / 2):
-                await started[name].wait()
+    claimer, _, threads, runtime = await claimer_for(
+        dsn, pool, app, 3, ControlWatcher(pool), coalesce_seconds=2.0, poll_interval_seconds=30
+    )
+    loop = asyncio.create_task(claimer.run())
+    try:
+        # One short round per task (the first at start), each right after the one before.
+        for n, event in enumerate(started):
+            execute(
+                dsn, f"INSERT INTO taskq.tasks (task_type, payload) VALUES ('svc.timed', '{n}')"
+            )
+            claimer.wake()  # what the task's NOTIFY does
+            async with asyncio.timeout(1.0):
+                await event.wait()
+        assert claimer.rounds == len(started)
+    finally:
+        claimer.stop()
+        await asyncio.wait_for(loop, 10)
+        threads.shutdown()
+        runtime.close()
 
 
 @pytest.mark.slow
