@@ -67,9 +67,10 @@ class LatencyWorker:
 async def _enqueue_latency(
     dsn: str, count: int, interval: float, random_arrivals: bool = False
 ) -> list[str]:
-    """Enqueue ``count`` jobs, one every ``interval`` seconds, through ``Oban.enqueue`` on an
-    autocommit psycopg connection; ``"<job id> <ns>"`` lines, the time taken as soon as the
-    enqueue returned (its INSERT is its own transaction: the commit was acknowledged)."""
+    """Enqueue ``count`` jobs, one every ``interval`` seconds (or at ``arrivals.offsets``'
+    random instants), through ``Oban.enqueue`` on an autocommit psycopg connection;
+    ``"<job id> <ns>"`` lines, the time taken as soon as the enqueue returned (its INSERT is
+    its own transaction: the commit was acknowledged)."""
     import psycopg
     from oban import Job, Oban  # type: ignore[import-not-found]  # oban: its own venv
 

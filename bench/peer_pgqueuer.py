@@ -73,8 +73,9 @@ async def create_pgqueuer() -> AsyncIterator[Any]:
 async def _enqueue_latency(
     dsn: str, count: int, interval: float, random_arrivals: bool = False
 ) -> list[str]:
-    """Enqueue ``count`` jobs, one every ``interval`` seconds; ``"<job id> <ns>"`` lines, the
-    time taken as soon as the (autocommitted) enqueue returned."""
+    """Enqueue ``count`` jobs, one every ``interval`` seconds (or at ``arrivals.offsets``'
+    random instants); ``"<job id> <ns>"`` lines, the time taken as soon as the
+    (autocommitted) enqueue returned."""
     import asyncpg
     from pgqueuer.db import AsyncpgDriver
     from pgqueuer.queries import Queries
