@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from taskq.backoff import Backoff, jittered
+from taskq.backoff import Backoff, Cooldown, jittered
 from taskq.db.connection import ConnectionError_, first_line
 from taskq.errors import DatabaseUnavailable
 
@@ -118,7 +118,7 @@ class PeriodicService(Service):
         self.coalesce_seconds = coalesce_seconds
         """However many wake-ups arrive, runs start at least this far apart (a NOTIFY flood
         costs at most one run per this period)."""
-        self._last_start = float("-inf")
+        self._cooldown = Cooldown(coalesce_seconds, burst=1)  # a burst of 1: a fixed gap
         self.jitter = jitter
         self.leader = leader
         self._backoff = Backoff(initial=0.1, cap=max(0.1, backoff_cap_seconds))
@@ -150,11 +150,11 @@ class PeriodicService(Service):
                 await self.on_follower()
                 await self.leader.elected.wait()
                 continue  # re-check: the lease may have been lost again meanwhile
-            gap = self._last_start + self.coalesce_seconds - time.monotonic()
+            gap = self._cooldown.wait_seconds()
             if gap > 0:
                 await asyncio.sleep(gap)
             self._wake.clear()
-            self._last_start = time.monotonic()
+            self._cooldown.take()
             try:
                 result = await self.run_once()
             except OUTAGE_ERRORS as exc:
