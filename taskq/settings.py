@@ -100,6 +100,8 @@ DASHBOARD_HOST = "127.0.0.1"
 DASHBOARD_PORT = 8080
 LOG_FORMAT = "auto"
 LOG_LEVEL = "info"
+EVENT_LOOP = "auto"
+"""``taskq worker --event-loop``: uvloop when it is installed, else asyncio's."""
 
 
 def default(cls: type[Any], name: str) -> Any:

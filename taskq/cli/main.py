@@ -41,7 +41,7 @@ from taskq.ops import dlq as dlq_ops
 from taskq.ops import tasks as tasks_ops
 from taskq.ops.formatting import age, payload_text, plain, safe
 from taskq.settings import ProtectionSettings, WorkerSettings, default
-from taskq.worker import gctuning
+from taskq.worker import eventloop, gctuning
 from taskq.worker.memory import parse_size
 from taskq.worker.worker import Worker, parse_queues
 
@@ -289,6 +289,15 @@ def migrate(dsn: str | None, as_sql: bool, revision: str, with_roles: bool) -> N
     help="Do not LISTEN; only poll. New tasks then wait up to --poll-interval to start.",
 )
 @click.option(
+    "--event-loop",
+    type=click.Choice(eventloop.CHOICES),
+    default=settings_mod.EVENT_LOOP,
+    show_default=True,
+    envvar="TASKQ_EVENT_LOOP",
+    help="auto: uvloop when it is installed (pip install 'taskq[speed]'), else asyncio's. "
+    "Default: $TASKQ_EVENT_LOOP, else auto.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["auto", "json", "console"]),
     default=settings_mod.LOG_FORMAT,
@@ -321,6 +330,7 @@ def worker(
     pgbouncer: bool,
     listen_dsn: str | None,
     no_listen: bool,
+    event_loop: eventloop.EventLoop,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -356,6 +366,7 @@ def worker(
         listen_dsn=listen_dsn,
     )
     count = _process_count(processes)
+    factory = eventloop.loop_factory(event_loop)  # refused here, before any child starts
     target = resolve_dsn(dsn or app.dsn)
     if count > 1:
         from taskq.worker.supervisor import Supervisor, child_argv
@@ -369,7 +380,7 @@ def worker(
         settings = dataclasses.replace(settings, metrics_port=settings.metrics_port + index)
     w = Worker(app, dsn=target, settings=settings)
     gctuning.after_app_import()
-    asyncio.run(_serve(w))
+    eventloop.run(_serve(w), factory)
     if w.threads_busy():
         # A sync handler is still running in a thread we cannot kill (a forced stop, or an
         # overrun). Its row was not given back (it would run twice at once): exit now, without

@@ -51,7 +51,7 @@ from taskq.settings import (
     PRUNE_INTERVAL_SECONDS,
     WorkerSettings,
 )
-from taskq.worker import systemd
+from taskq.worker import eventloop, systemd
 from taskq.worker.aborts import Aborts
 from taskq.worker.claimer import Claimer
 from taskq.worker.completer import Completer
@@ -461,6 +461,7 @@ class Worker:
             worker_id=self.worker_id,
             queues=self.queues,
             task_types=task_types,
+            event_loop=eventloop.loop_name(asyncio.get_running_loop()),
         )
         try:
             # The code's flow limits (max_running=, rate=, ...); an operator's rows stay as set.

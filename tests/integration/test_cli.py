@@ -223,15 +223,26 @@ def test_migrate_sql_needs_no_database() -> None:
 
 
 @pytest.mark.slow
-def test_worker_subprocess_runs_tasks_and_stops_on_sigterm(dsn: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+def test_worker_subprocess_runs_tasks_and_stops_on_sigterm(
+    dsn: str, tmp_path: Path, event_loop: str
+) -> None:
     env = {"TASKQ_TEST_RUNS_DIR": str(tmp_path)}
     rows(
         dsn,
-        "INSERT INTO taskq.tasks (task_type) SELECT 'test.record_sync'"
-        " FROM generate_series(1, 50) RETURNING id",
+        "INSERT INTO taskq.tasks (task_type) SELECT t"
+        " FROM generate_series(1, 25), unnest(ARRAY['test.record_sync', 'test.record']) AS t"
+        " RETURNING id",
     )
     worker = WorkerProcess(
-        dsn, "tests.apps.basic:app", "--queues", "default=4", env=env, log_dir=tmp_path / "logs"
+        dsn,
+        "tests.apps.basic:app",
+        "--queues",
+        "default=4",
+        "--event-loop",
+        event_loop,
+        env=env,
+        log_dir=tmp_path / "logs",
     )
     try:
         wait_until_sync(
@@ -247,9 +258,20 @@ def test_worker_subprocess_runs_tasks_and_stops_on_sigterm(dsn: str, tmp_path: P
     assert code == 0, worker.log_path.read_text()
     events = [e["event"] for e in worker.events()]
     assert "worker_ready" in events and "task_succeeded" in events and "worker_stopped" in events
+    [starting] = [e for e in worker.events() if e["event"] == "worker_starting"]
+    assert starting["event_loop"] == event_loop
     runs = "".join(p.read_text() for p in tmp_path.glob("runs-*.log")).split("\n")
     assert len([r for r in runs if r]) == 50
     assert os.environ.get("TASKQ_TEST_RUNS_DIR") is None
+
+
+@pytest.mark.slow
+def test_asking_for_uvloop_without_it_installed_is_one_line(dsn: str, tmp_path: Path) -> None:
+    (tmp_path / "uvloop.py").write_text("raise ImportError('no uvloop here')\n")
+    hidden = {"PYTHONPATH": str(tmp_path)}  # found before site-packages: uvloop "missing"
+    args = ["--app", "tests.apps.basic:app", "--dsn", dsn, "--event-loop", "uvloop"]
+    result = taskq_cli("worker", *args, env=hidden)
+    assert_one_line_error(result, 1, "uvloop is not installed (pip install 'taskq[speed]')")
 
 
 def render(value: Any) -> str:

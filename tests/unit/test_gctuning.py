@@ -4,7 +4,6 @@ frozen out of full collections; an application that sets its own threshold keeps
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import sys
 import textwrap
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 
 from taskq.cli import main
-from taskq.worker import gctuning
+from taskq.worker import eventloop, gctuning
 
 
 @pytest.fixture
@@ -30,12 +29,12 @@ def _serve_seen(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> dict[str, A
     """Run ``taskq worker`` up to the point it would serve; what the collector looked like then."""
     seen: dict[str, Any] = {}
 
-    def fake_run(coro: Any) -> None:
+    def fake_run(coro: Any, factory: Any) -> None:
         coro.close()
         seen["threshold"] = gc.get_threshold()
         seen["frozen"] = gc.get_freeze_count()
 
-    monkeypatch.setattr(asyncio, "run", fake_run)
+    monkeypatch.setattr(eventloop, "run", fake_run)
     with pytest.raises(SystemExit) as exit_:
         main(["worker", *argv, "--dsn", "postgresql://unused/db"])
     assert exit_.value.code == 0
