@@ -27,9 +27,9 @@ COPY pyproject.toml README.md ./
 COPY taskq ./taskq
 COPY sql ./sql
 COPY migrations ./migrations
-RUN /opt/build/bin/pip wheel --wheel-dir /wheels '.[dashboard]'
+RUN /opt/build/bin/pip wheel --wheel-dir /wheels '.[dashboard,speed]'
 
-# --- runtime: no compilers, no sources, no pip cache, not root -----------------------------------
+# --- runtime (the speed extra: workers run on uvloop): no compilers, no sources, no pip cache, not root -----------------------------------
 FROM ${BASE_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -40,7 +40,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN --mount=type=bind,from=build,source=/wheels,target=/tmp/wheels \
     python3 -m venv /opt/taskq \
     && /opt/taskq/bin/pip install --no-cache-dir --no-index --find-links=/tmp/wheels \
-        'taskq[dashboard]' \
+        'taskq[dashboard,speed]' \
     && /opt/taskq/bin/pip uninstall --yes --quiet pip \
     && groupadd --system --gid 10001 taskq \
     && useradd --system --uid 10001 --gid taskq --home-dir /app --create-home taskq

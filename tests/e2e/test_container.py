@@ -1,5 +1,5 @@
-"""The container image, built and run: migrate, a worker with an app mounted in, a task
-enqueued from the host, the HEALTHCHECK, a graceful `docker stop`, and the image's size.
+"""The container image, built and run: migrate, a worker with an app mounted in (on uvloop), a
+task enqueued from the host, the HEALTHCHECK, a graceful `docker stop`, and the image's size.
 
 Needs a Docker daemon and a base image that is present locally (public images cannot be
 pulled on the CI machine: `.ci/container-base` bootstraps one and `.ci/run` sets
@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 import taskq
-from tests.support import ROOT, rows, wait_until_sync
+from tests.support import ROOT, json_events, rows, wait_until_sync
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -131,6 +131,11 @@ def test_migrate_worker_health_and_graceful_stop(image: str, empty_dsn: str) -> 
         assert status(slow) == "SUCCESS"  # drained, not given back
         assert rows(empty_dsn, "SELECT id FROM taskq.tasks WHERE status = 'PROCESSING'") == []
         assert stopped_after < 40  # the drain, not docker's SIGKILL at 45 s
+        # The image carries the speed extra: its worker runs on uvloop.
+        [starting] = [
+            e for e in json_events(docker("logs", name)) if e.get("event") == "worker_starting"
+        ]
+        assert starting["event_loop"] == "uvloop", starting
     finally:
         logs = docker("logs", "--tail", "30", name, check=False)
         docker("rm", "-f", name, check=False)
