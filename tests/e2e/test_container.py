@@ -53,6 +53,15 @@ def docker(*args: str, timeout: float = 120, check: bool = True) -> str:
     return done.stdout.strip()
 
 
+def container_logs(name: str) -> str:
+    """What the container wrote to stdout and stderr (taskq logs to stderr; ``docker logs``
+    passes each stream through as its own)."""
+    cli = docker_cli()
+    assert cli is not None
+    done = subprocess.run([cli, "logs", name], capture_output=True, text=True, timeout=60)
+    return done.stdout + done.stderr
+
+
 @pytest.fixture(scope="module")
 def image() -> str:
     cli = docker_cli()
@@ -132,11 +141,10 @@ def test_migrate_worker_health_and_graceful_stop(image: str, empty_dsn: str) -> 
         assert rows(empty_dsn, "SELECT id FROM taskq.tasks WHERE status = 'PROCESSING'") == []
         assert stopped_after < 40  # the drain, not docker's SIGKILL at 45 s
         # The image carries the speed extra: its worker runs on uvloop.
-        [starting] = [
-            e for e in json_events(docker("logs", name)) if e.get("event") == "worker_starting"
-        ]
+        events = json_events(container_logs(name))
+        [starting] = [e for e in events if e.get("event") == "worker_starting"]
         assert starting["event_loop"] == "uvloop", starting
     finally:
-        logs = docker("logs", "--tail", "30", name, check=False)
+        logs = container_logs(name)
         docker("rm", "-f", name, check=False)
-        print(logs)
+        print("\n".join(logs.splitlines()[-30:]))
