@@ -27,9 +27,10 @@ COPY pyproject.toml README.md ./
 COPY taskq ./taskq
 COPY sql ./sql
 COPY migrations ./migrations
+# The speed extra: workers run on uvloop.
 RUN /opt/build/bin/pip wheel --wheel-dir /wheels '.[dashboard,speed]'
 
-# --- runtime (the speed extra: workers run on uvloop): no compilers, no sources, no pip cache, not root -----------------------------------
+# --- runtime: no compilers, no sources, no pip cache, not root --------------------------------------
 FROM ${BASE_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
