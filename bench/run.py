@@ -46,6 +46,7 @@ from bench.harness import (
     Processes,
     Skipped,
     extract_snapshot,
+    machine_speed,
     server_info,
     worker_supports_processes,
 )
@@ -333,7 +334,8 @@ def render(console: Console, results: list[Measurement], meta: dict[str, Any]) -
         f"taskq {meta['taskq_version']} ({meta['git']}) - PostgreSQL {server['server_version']}, "
         f"{meta['cpus']} CPUs, synchronous_commit={server['synchronous_commit']}, "
         f"autovacuum={server['autovacuum']}, load avg at start "
-        f"{meta['loadavg_at_start'][0]:.2f}{' - QUICK' if meta['quick'] else ''}"
+        f"{meta['loadavg_at_start'][0]:.2f}, 10M Python additions "
+        f"{meta['python_10m_additions_s']:.2f} s{' - QUICK' if meta['quick'] else ''}"
     )
     table = Table(title=title, title_justify="left", show_lines=False)
     table.add_column("scenario", style="bold")
@@ -562,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         "server": server,
         "worker_has_processes_flag": worker_supports_processes(),
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "python_10m_additions_s": machine_speed(),
     }
     if meta["loadavg_at_start"][0] > 0.5:
         console.print(

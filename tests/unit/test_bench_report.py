@@ -1,10 +1,15 @@
-"""The benchmark's taskq-against-PgQueuer rows: each ratio reads "above 1 is better for taskq"
-and the JSON keeps each system's own figure under its own name."""
+"""The benchmark's report: the taskq-against-PgQueuer rows (each ratio reads "above 1 is better
+for taskq", and the JSON keeps each system's own figure under its own name) and the title's
+facts about the machine."""
 
 from __future__ import annotations
 
+import io
+
+from rich.console import Console
+
 from bench.harness import Measurement
-from bench.run import peer_ratios
+from bench.run import peer_ratios, render
 
 
 def test_peer_ratios_keep_each_systems_figure_under_its_name() -> None:
@@ -40,3 +45,21 @@ def test_peer_ratios_keep_each_systems_figure_under_its_name() -> None:
     assert rows["db CPU/task"].value == 0.8
     assert rows["db CPU/task"].details == {"taskq": 40.0, "pgqueuer": 32.0}
     assert rows["worker CPU/task"].details == {"taskq": 30.0, "pgqueuer": 33.0}
+
+
+def test_the_report_title_says_how_fast_the_machine_ran_python() -> None:
+    """Absolute figures (worker CPU per task, latency in ms) move with the machine's speed,
+    so the title carries the run's calibration beside the load average."""
+    out = io.StringIO()
+    meta = {
+        "taskq_version": "0.1.0",
+        "git": "abc1234",
+        "cpus": 2,
+        "server": {"server_version": "15.20", "synchronous_commit": "on", "autovacuum": "off"},
+        "loadavg_at_start": [0.25, 0.1, 0.05],
+        "python_10m_additions_s": 1.4,
+        "quick": False,
+    }
+    render(Console(file=out, width=300), [], meta)
+    title = " ".join(out.getvalue().split())  # rich wraps the title to the table's width
+    assert "load avg at start 0.25, 10M Python additions 1.40 s" in title
