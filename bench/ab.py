@@ -131,9 +131,12 @@ def main() -> int:
                 results[side].append((rate, worker, db))
                 xacts = t.db_per_task.get("db_xacts_per_task", 0.0)
                 wal = t.db_per_task.get("db_wal_bytes_per_task", 0.0)
+                d = t.details()
                 print(
                     f"{side:32} {rate:9,.0f}/s  worker {worker:5.1f} us  db {db:5.1f} us"
                     f"  transactions/task {xacts:.3f}  WAL/task {wal:,.0f} B"
+                    f"  rows per claim {d['avg_claim_batch']}, per completion "
+                    f"{d['avg_completion_batch']}"
                 )
     finally:
         dbs.drop_all()
