@@ -117,10 +117,8 @@ _SPEED_LOOP = compile("total = 0\nfor i in range(2_000_000):\n    total += i\n",
 def machine_speed() -> float:
     """Seconds this interpreter takes for 10,000,000 additions in a loop at module level (best
     of three runs of 2,000,000, scaled; module level, as the figures quoted in the README were
-    taken with ``python3 -c``): how fast the machine runs Python right now. Machines of one
-    kind have taken 0.69 s to 1.6 s, and one machine 0.97 s and 1.40 s half an hour apart; the
-    absolute rows (worker CPU per task, latency in ms) move with it, so the run's title shows
-    it beside the load average."""
+    taken with ``python3 -c``): how fast the machine runs Python right now. The absolute rows
+    move with it (bench/README.md), so the run's title shows it beside the load average."""
 
     def once() -> float:
         t0 = time.perf_counter()
