@@ -1,6 +1,6 @@
 """The benchmark's report: the taskq-against-PgQueuer rows (each ratio reads "above 1 is better
 for taskq", and the JSON keeps each system's own figure under its own name) and the title's
-facts about the machine."""
+facts about the machine, and the failure storm's ratios round by round."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from rich.console import Console
 
 from bench.harness import Measurement
 from bench.run import peer_ratios, render
+from bench.scenarios import _round_ratios, _storm_note
 
 
 def test_peer_ratios_keep_each_systems_figure_under_its_name() -> None:
@@ -63,3 +64,16 @@ def test_the_report_title_says_how_fast_the_machine_ran_python() -> None:
     render(Console(file=out, width=300), [], meta)
     title = " ".join(out.getvalue().split())  # rich wraps the title to the table's width
     assert "load avg at start 0.25, 10M Python additions 1.40 s" in title
+
+
+def test_the_failure_storm_reports_each_rounds_own_ratio_beside_the_ratio_of_medians() -> None:
+    def run(ms: float) -> dict[str, float]:
+        return {"db_cpu_ms_per_attempt": ms}
+
+    # Each round's failing drain is set against that round's succeeding one, in order.
+    success = [run(0.045), run(0.054), run(0.050)]
+    retry = [run(0.060), run(0.090), run(0.065)]
+    ratios = _round_ratios(retry, success)
+    assert ratios == [1.33, 1.67, 1.3]
+    assert _storm_note(ratios) == "target <= 1.5; rounds 1.33, 1.67, 1.30, median 1.33"
+    assert _storm_note([1.2]) == "target <= 1.5"
