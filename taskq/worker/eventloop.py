@@ -3,8 +3,8 @@ else asyncio's own.
 
 A drain worker steps through the event loop for every attempt: a handle and a ``_run_once``
 pass per step, the selector between round trips. uvloop does that work in C: 4-9 % less worker
-CPU per task in drains (the optimisation table in the README). It stays an extra: the worker
-needs nothing from it, and ``--event-loop asyncio`` turns it off where a handler library
+CPU per task in drains (the optimisation table in bench/FINDINGS.md). It stays an extra: the
+worker needs nothing from it, and ``--event-loop asyncio`` turns it off where a handler library
 insists on asyncio's loop.
 """
 
