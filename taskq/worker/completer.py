@@ -474,11 +474,14 @@ class Completer(Service):
         )
 
     def _log_failure(self, o: Outcome, finished: Finished) -> None:
-        fields = self._fields(o)
-        if finished.status is Status.CANCELLED:
-            log.info("task_cancelled", reason=o.error, **fields)
-        elif finished.status is Status.DEAD_LETTER:
-            log.warning("task_dead_lettered", error_type=o.error_type, **fields)
+        if finished.status is Status.DEAD_LETTER:
+            log.warning("task_dead_lettered", error_type=o.error_type, **self._fields(o))
+        elif not logs.enabled(logging.INFO):
+            # A failure storm at the usual production level (warning) must not build and trim
+            # the fields of events the logger drops: that was ~5 % of a failing worker's CPU.
+            return
+        elif finished.status is Status.CANCELLED:
+            log.info("task_cancelled", reason=o.error, **self._fields(o))
         else:
             log.info(
                 "task_failed",
@@ -488,7 +491,7 @@ class Completer(Service):
                 next_retry_time=finished.next_retry_time.isoformat()
                 if finished.next_retry_time
                 else None,
-                **fields,
+                **self._fields(o),
             )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import socket
 import types
 import uuid
@@ -14,9 +15,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from taskq import logs
 from taskq.db import store
 from taskq.model import ClaimedTask, Finished, Status, TaskOptions
 from taskq.outcome import Outcome
+from taskq.worker import completer as completer_module
 from taskq.worker.completer import Completer
 from taskq.worker.inflight import ClaimsInFlight
 from taskq.worker.metrics import Metrics
@@ -396,3 +399,40 @@ async def test_the_stray_check_sees_outcomes_queued_being_written_and_written(
     assert completer.unwritten() == {2}
     assert completer.written(first.effective_id) and not completer.written(second.effective_id)
     assert not completer.written(uuid.uuid4())  # another attempt of a row is not this one
+
+
+class RecordingLog:
+    """Stands in for the completer's logger: the events it was asked to log, by level."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict[str, Any]]] = []
+
+    def info(self, event: str, **fields: Any) -> None:
+        self.events.append(("info", event, fields))
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self.events.append(("warning", event, fields))
+
+
+@pytest.mark.parametrize("level", [logging.INFO, logging.WARNING])
+async def test_failures_are_logged_at_their_levels_and_only_when_enabled(
+    calls: dict[str, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch, level: int
+) -> None:
+    recorded = RecordingLog()
+    monkeypatch.setattr(completer_module, "log", recorded)
+    monkeypatch.setattr(logs, "_enabled_from", level)
+    completer = new_completer()
+    completer.put(Outcome.failure(task(2), 0.1, RuntimeError("gone\nmore")))  # exhausted (even)
+    completer.put(Outcome.failure(task(3), 0.1, RuntimeError("gone\nmore")))  # retried (odd)
+    await completer.run_once()
+    by_event = {event: (lvl, fields) for lvl, event, fields in recorded.events}
+    # A dead letter is a warning whatever the level; a retried failure is info, and at the
+    # warning level it is not even built.
+    assert by_event["task_dead_lettered"][0] == "warning"
+    assert by_event["task_dead_lettered"][1]["task_id"] == 2
+    if level == logging.INFO:
+        lvl, fields = by_event["task_failed"]
+        assert lvl == "info" and fields["task_id"] == 3 and fields["retry_count"] == 1
+        assert fields["error"] == "RuntimeError: gone"
+    else:
+        assert "task_failed" not in by_event
