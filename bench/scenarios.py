@@ -717,6 +717,16 @@ def storm_drain(
     }
 
 
+STORM_ROUNDS = 5
+
+
+def storm_rounds(ctx: Context) -> int:
+    """``--repeat`` rounds, and at least five in a full run. A round's drains take 2-4 s each,
+    so one busy second on a shared 2-core machine moves a round's ratio by a fifth or more
+    (rounds of 1.32-1.86 in one run at 3bf71f2); five rounds cost about 75 s."""
+    return max(1, ctx.repeat) if ctx.quick else max(STORM_ROUNDS, ctx.repeat)
+
+
 def failure_storm(ctx: Context) -> list[Measurement]:
     """Database CPU per task when every task fails, against the same drain where every task
     succeeds: failures are written in batches like successes (mark_failed_many, one statement
@@ -731,7 +741,7 @@ def failure_storm(ctx: Context) -> list[Measurement]:
     slots = 32
     runs: dict[str, list[dict[str, Any]]] = {"success": [], "failure": [], "retry": []}
     try:
-        for _ in range(max(1, ctx.repeat)):
+        for _ in range(storm_rounds(ctx)):
             runs["success"].append(
                 storm_drain(ctx, task_type="bench.noop", tasks=tasks, slots=slots)
             )

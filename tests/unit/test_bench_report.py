@@ -5,12 +5,13 @@ facts about the machine, and the failure storm's ratios round by round."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from rich.console import Console
 
 from bench.harness import Measurement
 from bench.run import peer_ratios, render
-from bench.scenarios import _round_ratios, _storm_note
+from bench.scenarios import Context, _round_ratios, _storm_note, storm_rounds
 
 
 def test_peer_ratios_keep_each_systems_figure_under_its_name() -> None:
@@ -77,3 +78,11 @@ def test_the_failure_storm_reports_each_rounds_own_ratio_beside_the_ratio_of_med
     assert ratios == [1.33, 1.67, 1.3]
     assert _storm_note(ratios) == "target <= 1.5; rounds 1.33, 1.67, 1.30, median 1.33"
     assert _storm_note([1.2]) == "target <= 1.5"
+
+
+def test_a_full_run_drains_the_storm_in_five_rounds_or_more() -> None:
+    def ctx(quick: bool, repeat: int) -> Context:
+        return Context("", quick, Path("."), Console(file=io.StringIO()), False, repeat=repeat)
+
+    assert [storm_rounds(ctx(False, r)) for r in (1, 3, 5, 7)] == [5, 5, 5, 7]
+    assert [storm_rounds(ctx(True, r)) for r in (0, 1, 3)] == [1, 1, 3]
