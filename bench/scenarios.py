@@ -723,7 +723,7 @@ STORM_ROUNDS = 5
 def storm_rounds(ctx: Context) -> int:
     """``--repeat`` rounds, and at least five in a full run. A round's drains take 2-4 s each,
     so one busy second on a shared 2-core machine moves a round's ratio by a fifth or more
-    (rounds of 1.32-1.86 in one run at 3bf71f2); five rounds cost about 75 s."""
+    (rounds of 1.32-1.86 in one run at 3bf71f2); five rounds take about a minute (57-65 s)."""
     return max(1, ctx.repeat) if ctx.quick else max(STORM_ROUNDS, ctx.repeat)
 
 
