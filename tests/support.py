@@ -312,9 +312,31 @@ def nested_plans(
     conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
     conn.execute(psycopg.sql.SQL(statement), params)  # type: ignore[arg-type]
     conn.execute("SET auto_explain.log_min_duration = -1")
+    return plans_in_notices(notices)
+
+
+def plans_in_notices(notices: list[str]) -> list[dict[str, Any]]:
+    """The JSON plans auto_explain sent as NOTICEs (``auto_explain.log_format = json``)."""
     plans = []
     for message in notices:
         _, _, body = message.partition("plan:")
         if body.strip().startswith("{"):
             plans.append(json.loads(body))
     return plans
+
+
+def scans_of_tasks(plan: Any) -> list[tuple[str, str | None, bool]]:
+    """Each node that reads taskq.tasks anywhere in an auto_explain JSON plan: its type, its
+    index, and whether it has an index condition."""
+    found: list[tuple[str, str | None, bool]] = []
+    if isinstance(plan, dict):
+        if plan.get("Relation Name") == "tasks" or plan.get("Index Name", "").startswith("tasks_"):
+            node = str(plan.get("Node Type"))
+            if node != "ModifyTable":
+                found.append((node, plan.get("Index Name"), "Index Cond" in plan))
+        for value in plan.values():
+            found += scans_of_tasks(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            found += scans_of_tasks(value)
+    return found

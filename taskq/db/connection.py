@@ -9,10 +9,11 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+import psycopg.sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
@@ -191,11 +192,18 @@ class KeptConnection:
     use as the pool checks at checkout (a round trip only when the server sent something to
     the idle socket); a closed one is given back and another taken. ``use`` gives it back after
     any error (the pool then resets or replaces it); the user calls ``give_back`` when it stops.
+
+    ``settings`` are session settings for this user's statements (the completer's planner
+    settings): set on each connection taken, reset before it goes back to the pool, where it
+    serves handlers that must not see them (closed instead if the reset fails).
     """
 
-    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool[Any], *, settings: Mapping[str, str] | None = None
+    ) -> None:
         self._pool = pool
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._settings = dict(settings or {})
 
     async def get(self) -> psycopg.AsyncConnection[Any]:
         conn = self._conn
@@ -206,13 +214,29 @@ class KeptConnection:
             except psycopg.Error:
                 await self.give_back()
         fresh: psycopg.AsyncConnection[Any] = await self._pool.getconn()
+        if self._settings:
+            try:
+                await fresh.execute(_set_session(self._settings))
+            except BaseException:
+                await self._pool.putconn(fresh)
+                raise
         self._conn = fresh
         return fresh
 
     async def give_back(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
-            await self._pool.putconn(conn)
+        if conn is None:
+            return
+        if self._settings and not conn.closed:
+            try:
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    await conn.rollback()
+                for name in self._settings:
+                    reset = psycopg.sql.SQL("RESET {}").format(psycopg.sql.Identifier(name))
+                    await conn.execute(reset)
+            except psycopg.Error:
+                await conn.close()  # the pool discards a closed connection
+        await self._pool.putconn(conn)
 
     @contextlib.asynccontextmanager
     async def use(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -223,6 +247,17 @@ class KeptConnection:
         except BaseException:
             await self.give_back()
             raise
+
+
+def _set_session(settings: Mapping[str, str]) -> psycopg.sql.Composed:
+    return psycopg.sql.SQL("SELECT {}").format(
+        psycopg.sql.SQL(", ").join(
+            psycopg.sql.SQL("set_config({}, {}, false)").format(
+                psycopg.sql.Literal(name), psycopg.sql.Literal(value)
+            )
+            for name, value in settings.items()
+        )
+    )
 
 
 @contextlib.contextmanager

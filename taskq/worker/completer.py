@@ -11,7 +11,8 @@ fenced statements of ``sql/queries/finish.sql`` (via ``store/finish.py``), nowhe
   dropped. A write that matches no row means the attempt's lease was lost: logged, never
   retried;
 * an idempotent handler commits its SUCCESS inside its own transaction with
-  ``commit_success`` / ``acommit_success`` (the same ``mark_success_many`` statement);
+  ``commit_success`` / ``acommit_success`` (the same ``mark_success_many`` statement, planned
+  with the same settings);
 * the reaper's rescue is ``reap``; the heartbeat's strays are given back with ``put_strays``.
 
 The queue is bounded for the claimers: once ``capacity`` outcomes wait to be written, claimers
@@ -93,19 +94,17 @@ def _success_outcome(duplicate: bool) -> str:
 def commit_success(conn: psycopg.Connection[Any], task: ClaimedTask, *, duplicate: bool) -> bool:
     """PROCESSING -> SUCCESS inside the caller's open transaction (a sync idempotent handler's
     thread). False: the attempt was taken away; the caller must roll back."""
-    won = store.mark_success_many_sync(
-        conn, [task.id], [task.effective_id], outcome=_success_outcome(duplicate)
+    return store.mark_success_in_transaction(
+        conn, task.id, task.effective_id, outcome=_success_outcome(duplicate)
     )
-    return task.id in won
 
 
 async def acommit_success(
     conn: psycopg.AsyncConnection[Any], task: ClaimedTask, *, duplicate: bool
 ) -> bool:
-    won = await store.mark_success_many(
-        conn, [task.id], [task.effective_id], outcome=_success_outcome(duplicate)
+    return await store.amark_success_in_transaction(
+        conn, task.id, task.effective_id, outcome=_success_outcome(duplicate)
     )
-    return task.id in won
 
 
 # --- the reaper's rescue --------------------------------------------------------------------
@@ -145,10 +144,14 @@ class Completer(Service):
         log_payloads: bool = False,
         capacity: int = DEFAULT_CAPACITY,
         claims_in_flight: ClaimsInFlight | None = None,
+        pgbouncer: bool = False,
     ) -> None:
         super().__init__()
         self._log_payloads = log_payloads
-        self._conn = KeptConnection(pool)  # kept from batch to batch (KeptConnection)
+        # Kept from batch to batch (KeptConnection), its session planning the completions with
+        # store.COMPLETION_SETTINGS. Not through PgBouncer: a session setting there belongs to
+        # no one, and nothing is prepared there (each statement is planned for its own batch).
+        self._conn = KeptConnection(pool, settings={} if pgbouncer else store.COMPLETION_SETTINGS)
         self._wake = wake
         self._claims_in_flight = claims_in_flight
         self._metrics = metrics

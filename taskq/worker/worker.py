@@ -346,6 +346,7 @@ class Worker:
             # claimers wait (the database is slow to take writes; do not add to its load).
             capacity=COMPLETER_SLOTS_FACTOR * sum(self.queues.values()),
             claims_in_flight=claims_in_flight,
+            pgbouncer=settings.pgbouncer,
         )
         # Tasks that ran beside a crash run alone, one at a time (isolator.py): its gate stops
         # every claimer of this process while it empties the process for one.

@@ -15,7 +15,7 @@ from taskq.db.sqlfiles import query
 from taskq.db.store.claim import _PayloadLoader, claim_batch
 from taskq.model import TaskOptions
 from tests import factories
-from tests.support import nested_plans, wait_until_sync
+from tests.support import nested_plans, scans_of_tasks, wait_until_sync
 
 PARAMS = {
     "queue": "default",
@@ -153,23 +153,6 @@ def test_no_claim_function_runs_with_jit(dsn: str) -> None:
         assert nested and not any("JIT:" in p for p in nested), plans
 
 
-def _scans_of_tasks(plan: Any) -> list[tuple[str, str | None, bool]]:
-    """Each node that reads taskq.tasks anywhere in an auto_explain JSON plan: its type, its
-    index, and whether it has an index condition."""
-    found: list[tuple[str, str | None, bool]] = []
-    if isinstance(plan, dict):
-        if plan.get("Relation Name") == "tasks" or plan.get("Index Name", "").startswith("tasks_"):
-            node = str(plan.get("Node Type"))
-            if node != "ModifyTable":
-                found.append((node, plan.get("Index Name"), "Index Cond" in plan))
-        for value in plan.values():
-            found += _scans_of_tasks(value)
-    elif isinstance(plan, list):
-        for value in plan:
-            found += _scans_of_tasks(value)
-    return found
-
-
 @pytest.mark.parametrize("first_rows", [0, 300])
 @pytest.mark.parametrize("name", CLAIMS)
 def test_a_claim_first_planned_on_a_small_table_keeps_to_the_indexes(
@@ -202,7 +185,7 @@ def test_a_claim_first_planned_on_a_small_table_keeps_to_the_indexes(
             "INSERT INTO taskq.tasks (task_type) SELECT 'late' FROM generate_series(1, 2000)"
         )
         plans = nested_plans(conn, query(name), PARAMS)
-        scans = [s for p in plans for s in _scans_of_tasks(p)]
+        scans = [s for p in plans for s in scans_of_tasks(p)]
         assert scans, plans
         assert not [s for s in scans if s[0] == "Seq Scan"], scans
         unbounded = [s for s in scans if s[1] == "tasks_pkey" and not s[2]]

@@ -42,6 +42,11 @@ class FakeConn:
         self.pgconn = types.SimpleNamespace(
             status=psycopg.pq.ConnStatus.OK, socket=_IDLE[0].fileno()
         )
+        self.info = types.SimpleNamespace(transaction_status=psycopg.pq.TransactionStatus.IDLE)
+        self.executed: list[Any] = []  # the session settings (the store's calls are faked)
+
+    async def execute(self, statement: Any) -> None:
+        self.executed.append(statement)
 
     def close(self) -> None:
         self.closed = True

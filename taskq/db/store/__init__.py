@@ -68,12 +68,14 @@ from taskq.db.store.enqueue import (
     insert_tasks,
 )
 from taskq.db.store.finish import (
+    COMPLETION_SETTINGS,
+    amark_success_in_transaction,
     arecord_business_key,
     mark_cancelled_many,
     mark_dead_many,
     mark_failed_many,
+    mark_success_in_transaction,
     mark_success_many,
-    mark_success_many_sync,
     reap_attempts,
     record_business_key,
     release_many,
@@ -152,6 +154,7 @@ from taskq.db.store.testing import (
 )
 
 __all__ = [
+    "COMPLETION_SETTINGS",
     "AsyncTarget",
     "Row",
     "SyncTarget",
@@ -166,6 +169,7 @@ __all__ = [
     "ainsert_task",
     "ainsert_tasks",
     "alimits_list",
+    "amark_success_in_transaction",
     "aprotection_set",
     "arecord_business_key",
     "aregister_task_types",
@@ -235,8 +239,8 @@ __all__ = [
     "mark_cancelled_many",
     "mark_dead_many",
     "mark_failed_many",
+    "mark_success_in_transaction",
     "mark_success_many",
-    "mark_success_many_sync",
     "mean_run_seconds",
     "pause",
     "protection_get",

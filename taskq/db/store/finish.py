@@ -7,10 +7,11 @@ Batched functions take parallel sequences and run one statement, whatever the ba
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
+import psycopg.sql
 from psycopg.rows import tuple_row
 
 from taskq.db.sqlfiles import query
@@ -24,10 +25,47 @@ from taskq.errors import LeaseLost
 from taskq.model import ClaimedTask, Finished, Status
 from taskq.settings import CRASH_LIMIT
 
+# The completion statements are planned with these (sql/queries/finish.sql's header: planned on
+# an empty or small table with sequential scans allowed, the generic plan a session keeps read
+# the whole table at every batch as it grew). Set for the completer's kept connection
+# (``KeptConnection(settings=...)``) and, with SET LOCAL, in an idempotent handler's transaction.
+COMPLETION_SETTINGS: Mapping[str, str] = {"enable_seqscan": "off"}
 
-def _success_params(
-    ids: Sequence[int], tokens: Sequence[uuid.UUID], outcome: str
-) -> dict[str, Any]:
+# One statement for all of them, transaction-scoped (SET LOCAL): sent in a pipeline with the
+# completion it is for.
+_SET_LOCAL = psycopg.sql.SQL("SELECT {}").format(
+    psycopg.sql.SQL(", ").join(
+        psycopg.sql.SQL("set_config({}, {}, true)").format(
+            psycopg.sql.Literal(name), psycopg.sql.Literal(value)
+        )
+        for name, value in COMPLETION_SETTINGS.items()
+    )
+)
+
+
+def _rounds(ids: Sequence[int], *columns: Sequence[Any]) -> list[list[list[Any]]]:
+    """The batch as finish.sql reads it: sorted by id and each id once per statement (a row's
+    entry is found by binary search over the ids), as [ids, *columns] per statement.
+
+    Almost always one statement. An id twice in one flush (an attempt taken away and the row's
+    next attempt on this worker, both ended before the flush) puts the second in a statement of
+    its own: the row matches the entry with its current token, in whichever statement."""
+    order = sorted(range(len(ids)), key=ids.__getitem__)
+    if len(set(ids)) == len(ids):
+        rounds = [order]
+    else:
+        rounds = []
+        previous, repeat = None, 0
+        for i in order:
+            repeat = repeat + 1 if ids[i] == previous else 0
+            previous = ids[i]
+            if repeat == len(rounds):
+                rounds.append([])
+            rounds[repeat].append(i)
+    return [[[column[i] for i in positions] for column in (ids, *columns)] for positions in rounds]
+
+
+def _success_params(ids: list[int], tokens: list[uuid.UUID], outcome: str) -> dict[str, Any]:
     return {"ids": BigintArray(ids), "tokens": UuidArray(tokens), "outcome": outcome}
 
 
@@ -38,25 +76,49 @@ async def mark_success_many(
     *,
     outcome: str = "success",
 ) -> set[int]:
+    won: set[int] = set()
     # Tuple rows in binary format: the ids come back as integers, no dict or text per row.
     async with conn.cursor(row_factory=tuple_row) as cur:
-        await cur.execute(
-            query("mark_success_many"), _success_params(ids, tokens, outcome), binary=True
-        )
-        return {r[0] for r in await cur.fetchall()}
+        for round_ids, round_tokens in _rounds(ids, tokens):
+            await cur.execute(
+                query("mark_success_many"),
+                _success_params(round_ids, round_tokens, outcome),
+                binary=True,
+            )
+            won.update(r[0] for r in await cur.fetchall())
+    return won
 
 
-def mark_success_many_sync(
-    conn: psycopg.Connection[Any],
-    ids: Sequence[int],
-    tokens: Sequence[uuid.UUID],
-    *,
-    outcome: str = "success",
-) -> set[int]:
-    """The same statement from a sync handler's thread (the idempotent transaction)."""
+async def amark_success_in_transaction(
+    conn: psycopg.AsyncConnection[Any], task_id: int, token: uuid.UUID, *, outcome: str
+) -> bool:
+    """The idempotent path: the same statement for one attempt, inside the handler's open
+    transaction (the business writes, the task_executed row and SUCCESS commit together), planned
+    with ``COMPLETION_SETTINGS`` for this transaction only; one round trip for both."""
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        async with conn.pipeline():
+            await conn.execute(_SET_LOCAL)
+            await cur.execute(
+                query("mark_success_many"),
+                _success_params([task_id], [token], outcome),
+                binary=True,
+            )
+        return any(r[0] == task_id for r in await cur.fetchall())
+
+
+def mark_success_in_transaction(
+    conn: psycopg.Connection[Any], task_id: int, token: uuid.UUID, *, outcome: str
+) -> bool:
+    """``amark_success_in_transaction`` from a sync handler's thread."""
     with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("mark_success_many"), _success_params(ids, tokens, outcome), binary=True)
-        return {r[0] for r in cur.fetchall()}
+        with conn.pipeline():
+            conn.execute(_SET_LOCAL)
+            cur.execute(
+                query("mark_success_many"),
+                _success_params([task_id], [token], outcome),
+                binary=True,
+            )
+        return any(r[0] == task_id for r in cur.fetchall())
 
 
 def _finished(rows: list[Row]) -> dict[int, Finished]:
@@ -80,21 +142,27 @@ async def mark_failed_many(
 ) -> dict[int, Finished]:
     """Fail a batch of attempts in one statement; the attempts that matched, with their new
     state (FAILED with its retry time, or DEAD_LETTER once retries are exhausted)."""
+    finished: dict[int, Finished] = {}
+    rounds = _rounds(
+        ids, tokens, errors, after_seconds, delay_seconds, jitter_seconds, counts_for_breaker
+    )
     async with _async_cursor(conn) as cur:
-        await cur.execute(
-            query("mark_failed_many"),
-            {
-                "ids": BigintArray(ids),
-                "tokens": UuidArray(tokens),
-                "errors": TextArray(errors),
-                "afters": Float8Array(after_seconds),
-                "delays": Float8Array(delay_seconds),
-                "jitters": Float8Array(jitter_seconds),
-                "counts": BoolArray(counts_for_breaker),
-                "threshold": breaker_threshold,
-            },
-        )
-        return _finished(await cur.fetchall())
+        for i, t, e, after, delay, jitter, counts in rounds:
+            await cur.execute(
+                query("mark_failed_many"),
+                {
+                    "ids": BigintArray(i),
+                    "tokens": UuidArray(t),
+                    "errors": TextArray(e),
+                    "afters": Float8Array(after),
+                    "delays": Float8Array(delay),
+                    "jitters": Float8Array(jitter),
+                    "counts": BoolArray(counts),
+                    "threshold": breaker_threshold,
+                },
+            )
+            finished.update(_finished(await cur.fetchall()))
+    return finished
 
 
 async def mark_dead_many(
@@ -104,33 +172,42 @@ async def mark_dead_many(
     tokens: Sequence[uuid.UUID],
     errors: Sequence[str],
 ) -> dict[int, Finished]:
+    finished: dict[int, Finished] = {}
     async with _async_cursor(conn) as cur:
-        await cur.execute(
-            query("mark_dead_many"),
-            {"ids": BigintArray(ids), "tokens": UuidArray(tokens), "errors": TextArray(errors)},
-        )
-        return _finished(await cur.fetchall())
+        for i, t, e in _rounds(ids, tokens, errors):
+            await cur.execute(
+                query("mark_dead_many"),
+                {"ids": BigintArray(i), "tokens": UuidArray(t), "errors": TextArray(e)},
+            )
+            finished.update(_finished(await cur.fetchall()))
+    return finished
 
 
 async def mark_cancelled_many(
     conn: psycopg.AsyncConnection[Any], ids: Sequence[int], tokens: Sequence[uuid.UUID]
 ) -> dict[int, Finished]:
     """PROCESSING -> CANCELLED for a batch of attempts that were asked to abort."""
+    finished: dict[int, Finished] = {}
     async with _async_cursor(conn) as cur:
-        await cur.execute(
-            query("mark_cancelled_many"), {"ids": BigintArray(ids), "tokens": UuidArray(tokens)}
-        )
-        return _finished(await cur.fetchall())
+        for i, t in _rounds(ids, tokens):
+            await cur.execute(
+                query("mark_cancelled_many"), {"ids": BigintArray(i), "tokens": UuidArray(t)}
+            )
+            finished.update(_finished(await cur.fetchall()))
+    return finished
 
 
 async def release_many(
     conn: psycopg.AsyncConnection[Any], ids: Sequence[int], tokens: Sequence[uuid.UUID]
 ) -> list[int]:
+    released: list[int] = []
     async with _async_cursor(conn) as cur:
-        await cur.execute(
-            query("release_many"), {"ids": BigintArray(ids), "tokens": UuidArray(tokens)}
-        )
-        return [int(r["id"]) for r in await cur.fetchall()]
+        for i, t in _rounds(ids, tokens):
+            await cur.execute(
+                query("release_many"), {"ids": BigintArray(i), "tokens": UuidArray(t)}
+            )
+            released += [int(r["id"]) for r in await cur.fetchall()]
+    return released
 
 
 async def reap_attempts(
