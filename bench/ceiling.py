@@ -91,6 +91,7 @@ def client(dsn: str, batch: int, worker_id: str) -> dict[str, Any]:
                 claims += 1
                 if not rows:
                     break
+                rows.sort(key=lambda r: r["id"])  # finish.sql takes the ids in order
                 done = {
                     "ids": [r["id"] for r in rows],
                     "tokens": [r["effective_id"] for r in rows],

@@ -428,11 +428,12 @@ def _claim_loop(dsn: str, statement: str, params: dict[str, Any], n: int) -> dic
             claim_seconds += time.perf_counter() - t0
             claim_cpu += cpu_seconds(backend) - cpu0
             claims += 1
-            ids = [row[0] for row in rows if row[0] is not None]
-            if not ids:
+            claimed = sorted((row for row in rows if row[0] is not None), key=lambda row: row[0])
+            if not claimed:
                 break
-            tokens = [row[9] for row in rows if row[0] is not None]
-            conn.execute(complete, {"ids": ids, "tokens": tokens})
+            ids = [row[0] for row in claimed]
+            tokens = [row[9] for row in claimed]
+            conn.execute(complete, {"ids": ids, "tokens": tokens, "outcome": "success"})
     return {
         "claims": claims,
         "us_per_claim_wall": r(1e6 * claim_seconds / claims, 1),
@@ -464,6 +465,7 @@ def scenario_cost(run: Run, old_claim: str | None, *, drains: bool = True) -> di
         "worker_id": "bench",
         "retries_only": False,
         "probe": False,
+        "isolated": False,
     }
     params["max_retry_counts"] = [5] * len(params["task_types"])
     params["timeouts"] = [60] * len(params["task_types"])
