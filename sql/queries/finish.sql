@@ -27,8 +27,9 @@
 -- Made on an empty or small table it read the whole table on every batch as the table grew: a
 -- sequential scan (a 32-row success on 100,000 rows: 1,925 pages, 19 ms, against 0.3 ms), or
 -- with sequential scans off a full scan of tasks_pkey under the join. So they are also planned
--- with enable_seqscan off (finish.py: the completer's session, SET LOCAL in an idempotent
--- handler's transaction), and the index condition is the only way to the rows.
+-- with enable_seqscan off (finish.py: the completer's session; SET LOCAL in an idempotent
+-- handler's transaction and in the reaper's pass), and the index condition is the only way to
+-- the rows.
 --
 -- In the same statement, so the hot path stays one round trip per batch:
 --   * task_stats gets the per-minute outcome counts (throughput, failure rates) through
@@ -295,6 +296,10 @@ SELECT released.id FROM released, (SELECT count(*) FROM woken) AS w;
 -- PROCESSING, so the stale worker's writes match nothing.
 -- An attempt an operator asked to abort (abort_requested_at) whose worker is gone or wedged
 -- ends CANCELLED, as it would have on a live worker: never rescued into another run.
+-- The UPDATE reads the judgement from verdict, one row of id arrays (all, crowded, lost), and
+-- finds its rows by `t.id = ANY(v.ids)`: joined to judged by `t.id = j.id`, a pass planned on
+-- an empty table with sequential scans off scanned all of tasks_pkey under the join, on every
+-- pass from then on (see the header). The pass runs with the completions' planner settings.
 WITH victims AS (
     SELECT t.id,
            t.worker_id,
@@ -318,59 +323,68 @@ WITH victims AS (
                WHERE o.worker_id = v.worker_id AND o.id <> v.id AND o.status = 'PROCESSING'
            ) AS crowded
     FROM victims AS v
+), verdict AS (
+    -- The judged ids as arrays, read by the UPDATE below with no join (see above).
+    SELECT array_agg(id) AS ids,
+           coalesce(array_agg(id) FILTER (WHERE crowded), '{}') AS crowded,
+           coalesce(array_agg(id) FILTER (WHERE lost), '{}') AS lost
+    FROM judged
 ), rescued AS (
     UPDATE taskq.tasks AS t
     SET status = CASE WHEN t.abort_requested_at IS NOT NULL THEN 'CANCELLED'
-                      WHEN j.crowded AND t.crash_count < %(crash_limit)s::integer THEN 'PENDING'
+                      WHEN t.id = ANY(v.crowded) AND t.crash_count < %(crash_limit)s::integer
+                      THEN 'PENDING'
                       WHEN t.retry_count >= coalesce(t.max_retry_count, 5) THEN 'DEAD_LETTER'
                       ELSE 'FAILED' END,
         retry_count = CASE WHEN t.retry_count >= coalesce(t.max_retry_count, 5)
                              OR t.abort_requested_at IS NOT NULL
-                             OR (j.crowded AND t.crash_count < %(crash_limit)s::integer)
+                             OR (t.id = ANY(v.crowded) AND t.crash_count < %(crash_limit)s::integer)
                            THEN t.retry_count ELSE t.retry_count + 1 END,
-        next_retry_time = CASE WHEN j.crowded AND t.crash_count < %(crash_limit)s::integer
+        next_retry_time = CASE WHEN t.id = ANY(v.crowded)
+                                    AND t.crash_count < %(crash_limit)s::integer
                                     AND t.abort_requested_at IS NULL THEN t.next_retry_time
                                WHEN t.retry_count >= coalesce(t.max_retry_count, 5)
                                  OR t.abort_requested_at IS NOT NULL THEN NULL
                                ELSE now() END,
-        scheduled_at = CASE WHEN j.crowded AND t.crash_count < %(crash_limit)s::integer
+        scheduled_at = CASE WHEN t.id = ANY(v.crowded) AND t.crash_count < %(crash_limit)s::integer
                                  AND t.abort_requested_at IS NULL
                             THEN least(t.scheduled_at, now()) ELSE t.scheduled_at END,
-        crash_count = CASE WHEN j.lost AND t.abort_requested_at IS NULL THEN t.crash_count + 1
-                           ELSE t.crash_count END,
-        isolate = (j.lost AND t.abort_requested_at IS NULL) OR t.isolate,
+        crash_count = CASE WHEN t.id = ANY(v.lost) AND t.abort_requested_at IS NULL
+                           THEN t.crash_count + 1 ELSE t.crash_count END,
+        isolate = (t.id = ANY(v.lost) AND t.abort_requested_at IS NULL) OR t.isolate,
         last_error = CASE
-            WHEN NOT j.lost
+            WHEN NOT t.id = ANY(v.lost)
             THEN 'TimedOut: attempt ran past its timeout of '
                  || coalesce(t.timeout_seconds, 1800) || 's; rescued by the reaper'
-            WHEN NOT j.crowded
+            WHEN NOT t.id = ANY(v.crowded)
             THEN 'WorkerLost: the process died while running this task alone (worker '
-                 || coalesce(j.worker_id, '?') || ' stopped heart-beating); attempt rescued'
+                 || coalesce(t.worker_id, '?') || ' stopped heart-beating); attempt rescued'
                  || ' by the reaper'
             WHEN t.crash_count < %(crash_limit)s::integer
-            THEN 'WorkerLost: worker ' || j.worker_id || ' stopped heart-beating while this'
+            THEN 'WorkerLost: worker ' || t.worker_id || ' stopped heart-beating while this'
                  || ' task ran beside others; not charged, it runs alone next (crash '
                  || (t.crash_count + 1) || ' of ' || %(crash_limit)s::integer || ' uncharged)'
-            ELSE 'WorkerLost: worker ' || j.worker_id || ' stopped heart-beating while this'
+            ELSE 'WorkerLost: worker ' || t.worker_id || ' stopped heart-beating while this'
                  || ' task ran beside others, crash ' || (t.crash_count + 1)
                  || ': charged past the limit of ' || %(crash_limit)s::integer || ' uncharged crashes'
         END,
-        effective_id = CASE WHEN j.crowded AND t.crash_count < %(crash_limit)s::integer
+        effective_id = CASE WHEN t.id = ANY(v.crowded)
+                                 AND t.crash_count < %(crash_limit)s::integer
                                  AND t.abort_requested_at IS NULL
                             THEN NULL ELSE t.effective_id END,
-        started_at = CASE WHEN j.crowded AND t.crash_count < %(crash_limit)s::integer
+        started_at = CASE WHEN t.id = ANY(v.crowded) AND t.crash_count < %(crash_limit)s::integer
                                AND t.abort_requested_at IS NULL
                           THEN NULL ELSE t.started_at END,
-        worker_id = CASE WHEN j.crowded AND t.crash_count < %(crash_limit)s::integer
+        worker_id = CASE WHEN t.id = ANY(v.crowded) AND t.crash_count < %(crash_limit)s::integer
                               AND t.abort_requested_at IS NULL
                          THEN NULL ELSE t.worker_id END,
-        finished_at = CASE WHEN j.crowded AND t.crash_count < %(crash_limit)s::integer
+        finished_at = CASE WHEN t.id = ANY(v.crowded) AND t.crash_count < %(crash_limit)s::integer
                                 AND t.abort_requested_at IS NULL
                            THEN NULL ELSE now() END,
         updated_at = now()
-    FROM judged AS j
-    WHERE t.id = j.id AND (t.status || '') = 'PROCESSING'
-    RETURNING t.id, t.task_type, t.queue, t.status, t.retry_count, j.worker_id, t.last_error,
+    FROM verdict AS v
+    WHERE t.id = ANY(v.ids) AND (t.status || '') = 'PROCESSING'
+    RETURNING t.id, t.task_type, t.queue, t.status, t.retry_count, t.last_error,
               t.crash_count, t.isolate
 ), counted AS (
     SELECT taskq.count_outcome_v1(queue, task_type, outcome, count(*))
@@ -383,8 +397,9 @@ WITH victims AS (
     SELECT pg_notify('taskq_tasks', json_agg(DISTINCT queue)::text)
     FROM rescued WHERE status IN ('FAILED', 'PENDING') HAVING count(*) > 0
 )
-SELECT rescued.*
-FROM rescued, (SELECT count(*) FROM counted) AS c, (SELECT count(*) FROM woken) AS w;
+SELECT rescued.*, judged.worker_id
+FROM rescued JOIN judged USING (id), (SELECT count(*) FROM counted) AS c,
+     (SELECT count(*) FROM woken) AS w;
 
 -- name: record_business_key
 -- Exactly-once business effects: inside the handler's transaction, take the task's

@@ -217,8 +217,12 @@ async def reap_attempts(
     orphan_after_seconds: float,
     crash_limit: int = CRASH_LIMIT,
 ) -> list[Row]:
-    """The reaper's rescue and crash judgement; run inside the reaper's one-pass transaction."""
+    """The reaper's rescue and crash judgement; run inside the reaper's one-pass transaction,
+    planned with ``COMPLETION_SETTINGS`` for that transaction (a pooled connection: the reaper
+    takes whichever is free, and a plan made there on an empty table read the whole table at
+    every pass once it grew)."""
     async with _async_cursor(conn) as cur:
+        await cur.execute(_SET_LOCAL)
         await cur.execute(
             query("reap_attempts"),
             {
