@@ -250,3 +250,15 @@ BEGIN
     GRANT EXECUTE ON FUNCTION taskq.breaker_reset_v2(text, text, text) TO taskq_operator;
 END
 $breaker_window$;
+
+-- 0033: the statistics upkeep the worker's leader runs (taskq.analyze_when_stale_v1), and the
+-- operator may run by hand.
+DO $analyze_when_stale$
+BEGIN
+    IF to_regprocedure('taskq.analyze_when_stale_v1()') IS NULL THEN
+        RAISE EXCEPTION 'the taskq schema is older than this roles.sql: run taskq migrate first'
+            USING ERRCODE = 'undefined_function';
+    END IF;
+    GRANT EXECUTE ON FUNCTION taskq.analyze_when_stale_v1() TO taskq_worker, taskq_operator;
+END
+$analyze_when_stale$;

@@ -39,6 +39,9 @@ DEFAULT_CONCURRENCY = 10
 tasks use when no queues are given."""
 PRUNE_INTERVAL_SECONDS = 600.0
 """How often the leader prunes (``--prune-after``)."""
+STATISTICS_INTERVAL_SECONDS = 30.0
+"""How often the leader checks that taskq.tasks has fresh statistics, and analyzes it when
+autovacuum does not cover it (sql/ddl/0033_analyze_when_stale.sql)."""
 CRASH_LIMIT = 3
 """Crashes of a worker process beside other attempts that a task is not charged for (the
 reaper's crash judgement, sql/queries/finish.sql reap_attempts); from the next one on, such a

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import time
@@ -49,6 +50,7 @@ from taskq.service import Every
 from taskq.settings import (
     DEFAULT_CONCURRENCY,
     PRUNE_INTERVAL_SECONDS,
+    STATISTICS_INTERVAL_SECONDS,
     WorkerSettings,
 )
 from taskq.worker import eventloop, systemd
@@ -164,6 +166,7 @@ class Worker:
         self.control: ControlWatcher | None = None
         self.elector: Elector | None = None
         self.protection: ProtectionEvaluator | None = None
+        self._analyze_missing = False  # the schema predates 0033: no statistics upkeep
         self._completer: Completer | None = None
         self._executors: list[Executor] = []
         self.aborts = Aborts()
@@ -231,6 +234,22 @@ class Worker:
             max_batches=200,  # at most 1M rows a pass; the next pass continues
             connect_kwargs=pooler_kwargs(pgbouncer=self.settings.pgbouncer),
         )
+
+    async def _analyze(self, pool: AsyncConnectionPool[Any]) -> None:
+        """Keep the queue table's statistics fresh where autovacuum does not: without them the
+        plans every session prepared on a small table stay as they were while it grows (0033).
+        A schema older than 0033 (workers upgraded before ``taskq migrate``) is said once."""
+        if self._analyze_missing:
+            return
+        try:
+            async with pool.connection() as conn:
+                analyzed = await store.analyze_when_stale(conn)
+        except psycopg.errors.UndefinedFunction as exc:
+            self._analyze_missing = True
+            log.warning("statistics_upkeep_unavailable", error=str(exc).splitlines()[0])
+            return
+        if analyzed:
+            log.info("tasks_analyzed", reason="autovacuum does not cover taskq.tasks")
 
     def _wake_all(self) -> None:
         self._wake(None)
@@ -452,6 +471,12 @@ class Worker:
             interval_seconds=settings.protection.evaluate_interval_seconds,
             leader=elector,
         )
+        statistics = Every(
+            "statistics",
+            functools.partial(self._analyze, pool),
+            interval_seconds=STATISTICS_INTERVAL_SECONDS,
+            leader=elector,
+        )
         pruner = (
             Every("prune", self._prune, interval_seconds=PRUNE_INTERVAL_SECONDS, leader=elector)
             if settings.prune_after_seconds is not None
@@ -488,6 +513,7 @@ class Worker:
                     group.create_task(isolator.run(), name="taskq-isolator"),
                     group.create_task(self._tick(), name="taskq-tick"),
                     group.create_task(self.scheduler.run(), name="taskq-scheduler"),
+                    group.create_task(statistics.run(), name="taskq-statistics"),
                 ]
                 if pruner is not None:
                     background.append(group.create_task(pruner.run(), name="taskq-prune"))

@@ -109,7 +109,7 @@ from taskq.db.store.presence import (
     worker_unregister,
 )
 from taskq.db.store.progress import asave_checkpoint, save_checkpoint, set_progress
-from taskq.db.store.prune import prune_batch, prune_stats
+from taskq.db.store.prune import analyze_when_stale, prune_batch, prune_stats
 from taskq.db.store.reap import delete_dead_workers
 from taskq.db.store.schedules import (
     list_schedules,
@@ -170,6 +170,7 @@ __all__ = [
     "ainsert_tasks",
     "alimits_list",
     "amark_success_in_transaction",
+    "analyze_when_stale",
     "aprotection_set",
     "arecord_business_key",
     "aregister_task_types",

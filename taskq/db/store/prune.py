@@ -7,9 +7,7 @@ from typing import Any
 import psycopg
 
 from taskq.db.sqlfiles import query
-from taskq.db.store._base import (
-    _all,
-)
+from taskq.db.store._base import _aall, _all
 
 
 def prune_batch(
@@ -31,3 +29,10 @@ def prune_batch(
 
 def prune_stats(conn: psycopg.Connection[Any], *, older_than_seconds: float) -> None:
     conn.execute(query("prune_stats"), {"older_than": older_than_seconds})
+
+
+async def analyze_when_stale(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """ANALYZE taskq.tasks if autovacuum does not cover it and it changed enough (0033), so
+    that every session's prepared plans are made again for the table as it now is."""
+    rows = await _aall(conn, "analyze_when_stale")
+    return bool(rows[0]["analyzed"])

@@ -1,0 +1,157 @@
+"""The queue table's statistics where autovacuum does not keep them (sql/ddl/0033): the
+leader's ANALYZE when the table changed enough, so that plans prepared on a small table are
+made again for the table as it grew."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+import structlog
+
+import taskq
+from taskq.db import store
+from taskq.db.sqlfiles import query
+from tests.support import plans_in_notices, rows, scans_of_tasks, wait_until
+
+
+def _add(dsn: str, n: int) -> None:
+    """``n`` rows from a connection closed at once: its counts reach the statistics then."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO taskq.tasks (task_type, status) SELECT 'old', 'SUCCESS'"
+            " FROM generate_series(1, %s)",
+            (n,),
+        )
+
+
+def _reltuples(dsn: str) -> float:
+    [row] = rows(dsn, "SELECT reltuples FROM pg_class WHERE oid = 'taskq.tasks'::regclass")
+    return float(row["reltuples"])
+
+
+async def _analyze(dsn: str) -> bool:
+    async with await psycopg.AsyncConnection.connect(
+        dsn, autocommit=True, row_factory=psycopg.rows.dict_row
+    ) as conn:
+        return await store.analyze_when_stale(conn)
+
+
+def _autovacuum(dsn: str, enabled: bool, **options: int) -> None:
+    settings = ", ".join(
+        [f"autovacuum_enabled = {str(enabled).lower()}"]
+        + [f"{name} = {value}" for name, value in options.items()]
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE taskq.tasks SET ({settings})")
+        conn.execute("VACUUM ANALYZE taskq.tasks")
+
+
+async def test_it_analyzes_once_the_table_changed_more_than_autovacuum_would_wait_for(
+    dsn: str,
+) -> None:
+    """Autovacuum off for the table: below the analyze threshold (50 rows + 2 % of the table)
+    nothing happens; past it, one ANALYZE, and then nothing again until the next changes."""
+    _autovacuum(dsn, enabled=False)
+    _add(dsn, 20)
+    assert await _analyze(dsn) is False
+    assert _reltuples(dsn) == 0
+    _add(dsn, 1000)
+    assert await _analyze(dsn) is True
+    assert _reltuples(dsn) == 1020
+    assert await _analyze(dsn) is False
+
+
+async def test_it_reads_the_tables_own_threshold(dsn: str) -> None:
+    _autovacuum(dsn, enabled=False, autovacuum_analyze_threshold=5000)
+    _add(dsn, 1000)
+    assert await _analyze(dsn) is False
+    _add(dsn, 4500)
+    assert await _analyze(dsn) is True
+
+
+async def test_it_leaves_the_table_to_autovacuum_where_that_runs(dsn: str) -> None:
+    [setting] = rows(dsn, "SELECT current_setting('autovacuum') AS on")
+    if setting["on"] != "on":
+        pytest.skip("autovacuum is off on this server: nothing covers the table but taskq")
+    _autovacuum(dsn, enabled=True, autovacuum_analyze_threshold=100000)
+    _add(dsn, 1000)
+    assert await _analyze(dsn) is False
+    assert _reltuples(dsn) == 0
+
+
+async def test_plans_prepared_on_an_empty_table_follow_it_once_analyzed(dsn: str) -> None:
+    """The backlog gauge, prepared by a session while the table was empty: a sequential scan,
+    kept while 20,000 rows arrive (without an ANALYZE); made again after the upkeep's."""
+    _autovacuum(dsn, enabled=False)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(12):  # prepared at the sixth, generic after five custom plans
+            conn.execute(query("backlog"), prepare=True).fetchall()
+        _add(dsn, 20000)
+        try:
+            conn.execute("LOAD 'auto_explain'")
+        except psycopg.Error:
+            pytest.skip("auto_explain is not installed on this server")
+        for setting in (
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_format = json",
+            "SET auto_explain.log_level = notice",
+        ):
+            conn.execute(setting)
+        notices: list[str] = []
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+
+        def reads() -> list[tuple[str, str | None, bool]]:
+            notices.clear()
+            conn.execute(query("backlog"), prepare=True).fetchall()
+            return [r for p in plans_in_notices(notices) for r in scans_of_tasks(p)]
+
+        assert [r[0] for r in reads()] == ["Seq Scan"]
+        assert await _analyze(dsn) is True
+        after = reads()
+        assert after and not [r for r in after if r[0] == "Seq Scan"], after
+
+
+def _app(dsn: str) -> taskq.App:
+    app = taskq.App(dsn=dsn)
+
+    @app.task("stats.noop")
+    def noop(ctx: taskq.TaskContext, payload: Any) -> None:
+        return None
+
+    return app
+
+
+async def test_the_leader_keeps_the_statistics(dsn: str, worker_factory: Any) -> None:
+    _autovacuum(dsn, enabled=False)
+    _add(dsn, 1000)
+    await worker_factory(_app(dsn))
+    await wait_until(lambda: _reltuples(dsn) == 1000, what="the leader's ANALYZE")
+
+
+async def test_a_schema_before_the_upkeep_is_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers upgraded before ``taskq migrate``: the function is missing. One warning, then
+    the leader stops asking (no error every half minute)."""
+    calls: list[object] = []
+
+    async def missing(conn: object) -> bool:
+        calls.append(conn)
+        raise psycopg.errors.UndefinedFunction(
+            "function taskq.analyze_when_stale_v1() does not exist"
+        )
+
+    class Pool:
+        @contextlib.asynccontextmanager
+        async def connection(self) -> AsyncIterator[object]:
+            yield object()
+
+    monkeypatch.setattr(store, "analyze_when_stale", missing)
+    worker = taskq.Worker(_app("postgresql://unused"), dsn="postgresql://unused")
+    with structlog.testing.capture_logs() as logs:
+        await worker._analyze(Pool())  # type: ignore[arg-type]
+        await worker._analyze(Pool())  # type: ignore[arg-type]
+    assert len(calls) == 1
+    assert [e["event"] for e in logs] == ["statistics_upkeep_unavailable"]
