@@ -5,6 +5,8 @@ Each side is an environment assignment for the worker processes (``TASKQ_EVENT_L
 on their ``PYTHONPATH``; ``rev:HEAD~1 X=1`` compares the last commit with the working tree); or
 ``sql:STATEMENT``: a statement run on the benchmark's database before each of that side's
 drains (``"sql:ALTER TABLE taskq.tasks SET (fillfactor = 100)"``), for schema experiments.
+It runs before every drain of that side, so it must be idempotent: a migration file that edits
+a function in place and refuses to apply twice (0028, 0030, 0032) needs an idempotent copy.
 The drains alternate A, B, then B, A, and so on, so that the machine's drift hits both and
 neither always runs first. Prints each drain and the medians.
 
