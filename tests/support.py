@@ -291,25 +291,49 @@ async def wakeup_latencies(
     return latencies
 
 
+_EXPLAIN_AS_NOTICES = (
+    "SET auto_explain.log_min_duration = 0",
+    "SET auto_explain.log_nested_statements = on",
+    "SET auto_explain.log_analyze = on",
+    "SET auto_explain.log_format = json",
+    "SET auto_explain.log_level = notice",
+)
+
+
+def explain_from_now(conn: psycopg.Connection[Any]) -> list[str]:
+    """Every plan this connection runs from now on (nested ones too), as auto_explain's
+    NOTICEs, into the list returned (``plans_in_notices`` reads them); skips the test where
+    auto_explain is not installed."""
+    try:
+        conn.execute("LOAD 'auto_explain'")
+    except psycopg.Error:
+        pytest.skip("auto_explain is not installed on this server")
+    for setting in _EXPLAIN_AS_NOTICES:
+        conn.execute(setting)  # type: ignore[call-overload]
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    return notices
+
+
+async def aexplain_from_now(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+    """``explain_from_now`` for an async connection."""
+    try:
+        await conn.execute("LOAD 'auto_explain'")
+    except psycopg.Error:
+        pytest.skip("auto_explain is not installed on this server")
+    for setting in _EXPLAIN_AS_NOTICES:
+        await conn.execute(setting)  # type: ignore[call-overload]
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    return notices
+
+
 def nested_plans(
     conn: psycopg.Connection[Any], statement: str, params: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """The plan of every statement the claim function runs inside (auto_explain, sent to this
     client as NOTICEs): EXPLAIN of a function call shows only the Function Scan."""
-    try:
-        conn.execute("LOAD 'auto_explain'")
-    except psycopg.Error:
-        pytest.skip("auto_explain is not installed on this server")
-    for setting in (
-        "SET auto_explain.log_min_duration = 0",
-        "SET auto_explain.log_nested_statements = on",
-        "SET auto_explain.log_analyze = on",
-        "SET auto_explain.log_format = json",
-        "SET auto_explain.log_level = notice",
-    ):
-        conn.execute(setting)  # type: ignore[call-overload]
-    notices: list[str] = []
-    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    notices = explain_from_now(conn)
     conn.execute(psycopg.sql.SQL(statement), params)  # type: ignore[arg-type]
     conn.execute("SET auto_explain.log_min_duration = -1")
     return plans_in_notices(notices)

@@ -18,7 +18,13 @@ from taskq.db.store import finish as finish_store
 from taskq.worker.completer import Completer
 from taskq.worker.completer import reap as completer_reap
 from tests import factories
-from tests.support import plans_in_notices, rows, scans_of_tasks
+from tests.support import (
+    aexplain_from_now,
+    explain_from_now,
+    plans_in_notices,
+    rows,
+    scans_of_tasks,
+)
 
 
 def processing(dsn: str, n: int = 1, **columns: Any) -> list[tuple[int, uuid.UUID]]:
@@ -353,13 +359,6 @@ def _through_the_primary_key(reads: list[tuple[str, str | None, bool]], notices:
     assert all(r[1] == "tasks_pkey" and r[2] for r in reads if r[1]), reads
 
 
-_EXPLAIN = (
-    "SET auto_explain.log_min_duration = 0",
-    "SET auto_explain.log_format = json",
-    "SET auto_explain.log_level = notice",
-)
-
-
 async def _complete(conn: psycopg.AsyncConnection[Any], dsn: str, kind: str) -> int:
     """One batch of three attempts ended as ``kind``, through the store; rows matched."""
     attempts = processing(dsn, n=3)
@@ -408,14 +407,7 @@ async def test_the_completer_first_planned_on_a_small_table_keeps_to_the_primary
             for _ in range(12):  # prepared at the sixth, generic after five custom plans
                 assert await _complete(conn, dsn, kind) == 3
             _grow(dsn)
-            try:
-                await conn.execute("LOAD 'auto_explain'")
-            except psycopg.Error:
-                pytest.skip("auto_explain is not installed on this server")
-            for setting in _EXPLAIN:
-                await conn.execute(setting)  # type: ignore[call-overload]
-            notices: list[str] = []
-            conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+            notices = await aexplain_from_now(conn)
             assert await _complete(conn, dsn, kind) == 3
             await conn.execute("SET auto_explain.log_min_duration = -1")
         reads = [r for p in plans_in_notices(notices) for r in scans_of_tasks(p)]
@@ -438,14 +430,7 @@ def test_an_idempotent_commit_first_planned_on_a_small_table_keeps_to_the_primar
             with conn.transaction():
                 assert store.mark_success_in_transaction(conn, task_id, token, outcome="success")
         _grow(dsn)
-        try:
-            conn.execute("LOAD 'auto_explain'")
-        except psycopg.Error:
-            pytest.skip("auto_explain is not installed on this server")
-        for setting in _EXPLAIN:
-            conn.execute(setting)  # type: ignore[call-overload]
-        notices: list[str] = []
-        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        notices = explain_from_now(conn)
         [(task_id, token)] = processing(dsn)
         with conn.transaction():
             assert store.mark_success_in_transaction(conn, task_id, token, outcome="success")
@@ -478,14 +463,7 @@ async def test_the_reaper_first_planned_on_a_small_table_keeps_to_the_indexes(
             await completer_reap(conn, grace_seconds=10, orphan_after_seconds=30)
         _grow(dsn)
         lost = processing(dsn, n=3, worker_id=None, started_at="2000-01-01T00:00:00Z")
-        try:
-            await conn.execute("LOAD 'auto_explain'")
-        except psycopg.Error:
-            pytest.skip("auto_explain is not installed on this server")
-        for setting in _EXPLAIN:
-            await conn.execute(setting)  # type: ignore[call-overload]
-        notices: list[str] = []
-        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        notices = await aexplain_from_now(conn)
         rescued, _ = await completer_reap(conn, grace_seconds=10, orphan_after_seconds=30)
         assert sorted(r["id"] for r in rescued) == sorted(i for i, _ in lost)
     reads = [r for p in plans_in_notices(notices) for r in scans_of_tasks(p)]

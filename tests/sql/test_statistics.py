@@ -15,7 +15,7 @@ import structlog
 import taskq
 from taskq.db import store
 from taskq.db.sqlfiles import query
-from tests.support import plans_in_notices, rows, scans_of_tasks, wait_until
+from tests.support import explain_from_now, plans_in_notices, rows, scans_of_tasks, wait_until
 
 
 def _add(dsn: str, n: int) -> None:
@@ -91,18 +91,7 @@ async def test_plans_prepared_on_an_empty_table_follow_it_once_analyzed(dsn: str
         for _ in range(12):  # prepared at the sixth, generic after five custom plans
             conn.execute(query("backlog"), prepare=True).fetchall()
         _add(dsn, 20000)
-        try:
-            conn.execute("LOAD 'auto_explain'")
-        except psycopg.Error:
-            pytest.skip("auto_explain is not installed on this server")
-        for setting in (
-            "SET auto_explain.log_min_duration = 0",
-            "SET auto_explain.log_format = json",
-            "SET auto_explain.log_level = notice",
-        ):
-            conn.execute(setting)
-        notices: list[str] = []
-        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        notices = explain_from_now(conn)
 
         def reads() -> list[tuple[str, str | None, bool]]:
             notices.clear()
