@@ -28,8 +28,11 @@ ORDER BY id;
 
 -- name: aborts_requested
 -- Of the attempts a worker holds, those an operator asked to abort: the fallback for a lost
--- NOTIFY taskq_abort (the heartbeat asks).
+-- NOTIFY taskq_abort (the heartbeat asks). Found by id alone, as the heartbeat's other look-ups
+-- (sql/queries/presence.sql); a token names one attempt of one row.
 SELECT t.id
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
-JOIN taskq.tasks AS t ON t.id = held.id AND t.effective_id = held.token
-WHERE (t.status || '') = 'PROCESSING' AND t.abort_requested_at IS NOT NULL;
+FROM taskq.tasks AS t
+WHERE t.id = ANY(%(ids)s::bigint[])
+  AND t.effective_id = ANY(%(tokens)s::uuid[])
+  AND (t.status || '') = 'PROCESSING'
+  AND t.abort_requested_at IS NOT NULL;

@@ -27,21 +27,28 @@ WITH beat AS (
     RETURNING id
 ), held AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
+), running AS (
+    -- The presented attempts still PROCESSING, found by id alone (a join to held let a plan
+    -- made on an empty table scan the whole of tasks_pkey at every beat; the heartbeat's
+    -- connection plans with store.PLANNER_SETTINGS); a token names one attempt of one row.
+    SELECT coalesce(array_agg(t.effective_id), '{}') AS tokens
+    FROM taskq.tasks AS t
+    WHERE t.id = ANY(%(ids)s::bigint[])
+      AND (t.status || '') = 'PROCESSING'
+      AND t.effective_id IS NOT NULL
 )
 SELECT held.id, held.token, 'lost' AS kind
 FROM held
 CROSS JOIN (SELECT count(*) FROM beat) AS registered
-WHERE NOT EXISTS (
-    SELECT 1 FROM taskq.tasks AS t
-    WHERE t.id = held.id AND t.effective_id = held.token AND (t.status || '') = 'PROCESSING'
-)
+CROSS JOIN running
+WHERE NOT held.token = ANY(running.tokens)
 UNION ALL
 SELECT t.id, t.effective_id, 'stray'
 FROM taskq.tasks AS t
 WHERE t.status = 'PROCESSING'
   AND t.worker_id = %(id)s::text
   AND t.effective_id IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM held WHERE held.id = t.id);
+  AND NOT t.id = ANY(%(ids)s::bigint[]);
 
 -- name: worker_unregister
 -- A clean exit: the worker has given back or finished every attempt it held.

@@ -149,9 +149,8 @@ class Completer(Service):
         super().__init__()
         self._log_payloads = log_payloads
         # Kept from batch to batch (KeptConnection), its session planning the completions with
-        # store.COMPLETION_SETTINGS. Not through PgBouncer: a session setting there belongs to
-        # no one, and nothing is prepared there (each statement is planned for its own batch).
-        self._conn = KeptConnection(pool, settings={} if pgbouncer else store.COMPLETION_SETTINGS)
+        # store.PLANNER_SETTINGS (not through PgBouncer: see there).
+        self._conn = KeptConnection(pool, settings={} if pgbouncer else store.PLANNER_SETTINGS)
         self._wake = wake
         self._claims_in_flight = claims_in_flight
         self._metrics = metrics

@@ -66,8 +66,13 @@ class Heartbeat:
         connect_kwargs: Mapping[str, Any] | None = None,
         claiming_stopped: Callable[[], str | None] | None = None,
         on_abort: Callable[[list[int]], None] | None = None,
+        session_settings: Mapping[str, str] | None = None,
     ) -> None:
         self._dsn = dsn
+        # The beat's statements are prepared on this connection of its own: planned with these
+        # (store.PLANNER_SETTINGS), a plan made on a small table cannot read the whole table at
+        # every beat once it grew.
+        self._session_settings = dict(session_settings or {})
         self._on_abort = on_abort
         self._connect_kwargs = dict(connect_kwargs or {})
         self._worker_id = worker_id
@@ -110,9 +115,14 @@ class Heartbeat:
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = connect(
-                self._dsn, role="heartbeat", autocommit=True, **self._connect_kwargs
-            )
+            conn = connect(self._dsn, role="heartbeat", autocommit=True, **self._connect_kwargs)
+            try:
+                for name, value in self._session_settings.items():
+                    conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
         return self._conn
 
     def _close(self) -> None:

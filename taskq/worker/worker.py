@@ -339,6 +339,7 @@ class Worker:
             loop_silence=self._loop_silence,
             connect_kwargs=conn_kwargs,
             claiming_stopped=(lambda: memory.reason) if memory is not None else None,
+            session_settings={} if self.settings.pgbouncer else store.PLANNER_SETTINGS,
         )
         try:
             await asyncio.to_thread(self.heartbeat.register)

@@ -16,7 +16,7 @@ worker's leader loops read or write (``backlog``, ``db_health``, ``protection_se
 
 from __future__ import annotations
 
-from taskq.db.store._base import AsyncTarget, Row, SyncTarget
+from taskq.db.store._base import PLANNER_SETTINGS, AsyncTarget, Row, SyncTarget
 from taskq.db.store.admin import listen, listen_sync, recreate_database, run_script
 from taskq.db.store.cancel import (
     aborts_requested,
@@ -68,7 +68,6 @@ from taskq.db.store.enqueue import (
     insert_tasks,
 )
 from taskq.db.store.finish import (
-    COMPLETION_SETTINGS,
     amark_success_in_transaction,
     arecord_business_key,
     mark_cancelled_many,
@@ -154,7 +153,7 @@ from taskq.db.store.testing import (
 )
 
 __all__ = [
-    "COMPLETION_SETTINGS",
+    "PLANNER_SETTINGS",
     "AsyncTarget",
     "Row",
     "SyncTarget",

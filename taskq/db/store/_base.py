@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
+import psycopg.sql
 from psycopg.rows import dict_row
 
 from taskq.db.connection import first_line, missing_schema
@@ -14,6 +15,28 @@ from taskq.db.sqlfiles import query
 from taskq.errors import SchemaMissing
 
 Row = dict[str, Any]
+
+# How the statements a worker repeats on a session of its own are planned: the completer's
+# kept connection (``KeptConnection(settings=...)``) and the heartbeat's connection for the
+# session; an idempotent handler's transaction and the reaper's pass with ``SET_LOCAL_PLANNER``.
+# psycopg prepares a statement after five runs and the session keeps its generic plan until
+# the table's statistics change; made while taskq.tasks was empty or small, with sequential
+# scans allowed, it was a sequential scan, and it stayed one while the table grew (without
+# autovacuum, until taskq's own ANALYZE, sql/ddl/0033). With these, and each of those
+# statements finding its rows by an index condition, no plan can read the whole table
+# (sql/queries/finish.sql's header). Not through PgBouncer: nothing is prepared there, and a
+# session setting would belong to no one in particular.
+PLANNER_SETTINGS: Mapping[str, str] = {"enable_seqscan": "off"}
+
+# The same for the current transaction only (SET LOCAL), one statement for all of them.
+SET_LOCAL_PLANNER = psycopg.sql.SQL("SELECT {}").format(
+    psycopg.sql.SQL(", ").join(
+        psycopg.sql.SQL("set_config({}, {}, true)").format(
+            psycopg.sql.Literal(name), psycopg.sql.Literal(value)
+        )
+        for name, value in PLANNER_SETTINGS.items()
+    )
+)
 SyncTarget = psycopg.Connection[Any] | psycopg.Cursor[Any]
 AsyncTarget = psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any]
 

@@ -7,7 +7,7 @@ Batched functions take parallel sequences and run one statement, whatever the ba
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -16,6 +16,7 @@ from psycopg.rows import tuple_row
 
 from taskq.db.sqlfiles import query
 from taskq.db.store._base import (
+    SET_LOCAL_PLANNER,
     Row,
     _async_cursor,
     _sync_cursor,
@@ -24,23 +25,6 @@ from taskq.db.store.arrays import BigintArray, BoolArray, Float8Array, TextArray
 from taskq.errors import LeaseLost
 from taskq.model import ClaimedTask, Finished, Status
 from taskq.settings import CRASH_LIMIT
-
-# The completion statements are planned with these (sql/queries/finish.sql's header: planned on
-# an empty or small table with sequential scans allowed, the generic plan a session keeps read
-# the whole table at every batch as it grew). Set for the completer's kept connection
-# (``KeptConnection(settings=...)``) and, with SET LOCAL, in an idempotent handler's transaction.
-COMPLETION_SETTINGS: Mapping[str, str] = {"enable_seqscan": "off"}
-
-# One statement for all of them, transaction-scoped (SET LOCAL): sent in a pipeline with the
-# completion it is for.
-_SET_LOCAL = psycopg.sql.SQL("SELECT {}").format(
-    psycopg.sql.SQL(", ").join(
-        psycopg.sql.SQL("set_config({}, {}, true)").format(
-            psycopg.sql.Literal(name), psycopg.sql.Literal(value)
-        )
-        for name, value in COMPLETION_SETTINGS.items()
-    )
-)
 
 
 def _rounds(ids: Sequence[int], *columns: Sequence[Any]) -> list[list[list[Any]]]:
@@ -94,10 +78,10 @@ async def amark_success_in_transaction(
 ) -> bool:
     """The idempotent path: the same statement for one attempt, inside the handler's open
     transaction (the business writes, the task_executed row and SUCCESS commit together), planned
-    with ``COMPLETION_SETTINGS`` for this transaction only; one round trip for both."""
+    with ``PLANNER_SETTINGS`` for this transaction only; one round trip for both."""
     async with conn.cursor(row_factory=tuple_row) as cur:
         async with conn.pipeline():
-            await conn.execute(_SET_LOCAL)
+            await conn.execute(SET_LOCAL_PLANNER)
             await cur.execute(
                 query("mark_success_many"),
                 _success_params([task_id], [token], outcome),
@@ -112,7 +96,7 @@ def mark_success_in_transaction(
     """``amark_success_in_transaction`` from a sync handler's thread."""
     with conn.cursor(row_factory=tuple_row) as cur:
         with conn.pipeline():
-            conn.execute(_SET_LOCAL)
+            conn.execute(SET_LOCAL_PLANNER)
             cur.execute(
                 query("mark_success_many"),
                 _success_params([task_id], [token], outcome),
@@ -218,11 +202,11 @@ async def reap_attempts(
     crash_limit: int = CRASH_LIMIT,
 ) -> list[Row]:
     """The reaper's rescue and crash judgement; run inside the reaper's one-pass transaction,
-    planned with ``COMPLETION_SETTINGS`` for that transaction (a pooled connection: the reaper
+    planned with ``PLANNER_SETTINGS`` for that transaction (a pooled connection: the reaper
     takes whichever is free, and a plan made there on an empty table read the whole table at
     every pass once it grew)."""
     async with _async_cursor(conn) as cur:
-        await cur.execute(_SET_LOCAL)
+        await cur.execute(SET_LOCAL_PLANNER)
         await cur.execute(
             query("reap_attempts"),
             {
