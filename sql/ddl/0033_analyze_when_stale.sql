@@ -13,36 +13,33 @@
 -- store.PLANNER_SETTINGS); the rest rely on fresh statistics.
 --
 -- taskq.analyze_when_stale_v1() runs ANALYZE taskq.tasks when autovacuum does not cover the
--- table and more of it changed since the last ANALYZE than autovacuum would have waited for
--- (the table's analyze threshold and scale factor, else the server's), and returns whether it
--- did. The worker's leader calls it every half minute (taskq/worker/worker.py); with
--- autovacuum on it returns false at once. SECURITY DEFINER (search_path pinned): ANALYZE needs
--- the table's owner, and the worker role gets EXECUTE on this function only (sql/roles.sql).
+-- table and its live rows (the statistics system's count, kept by every insert and delete)
+-- moved from the count the planner has (pg_class.reltuples) by more than half of that and
+-- 1,000 rows, and returns whether it did. The size, not the churn: plans change with the
+-- table's size, and a queue whose size holds still changes by UPDATEs only (a claim and a
+-- completion per task); an ANALYZE makes every session plan its statements again (the claim
+-- functions: 12-35 ms a session), which a drain at full speed should not pay every half
+-- minute for nothing. Growth from empty to millions takes one ANALYZE per doubling. The
+-- worker's leader calls it every half minute (taskq/worker/worker.py); with autovacuum on it
+-- returns false at once. SECURITY DEFINER (search_path pinned): ANALYZE needs the table's
+-- owner, and the worker role gets EXECUTE on this function only (sql/roles.sql).
 CREATE FUNCTION taskq.analyze_when_stale_v1() RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_options text[];
-    v_tuples real;
-    v_changed bigint;
+    v_tuples float8;
+    v_live float8;
 BEGIN
-    SELECT c.reloptions, c.reltuples INTO v_options, v_tuples
+    SELECT c.reloptions, greatest(c.reltuples, 0) INTO v_options, v_tuples
     FROM pg_class AS c WHERE c.oid = 'taskq.tasks'::regclass;
     IF current_setting('autovacuum')::boolean
        AND coalesce((SELECT o.option_value::boolean FROM pg_options_to_table(v_options) AS o
                      WHERE o.option_name = 'autovacuum_enabled'), true) THEN
         RETURN false;
     END IF;
-    SELECT s.n_mod_since_analyze INTO v_changed
+    SELECT s.n_live_tup INTO v_live
     FROM pg_stat_user_tables AS s WHERE s.relid = 'taskq.tasks'::regclass;
-    IF coalesce(v_changed, 0) <= coalesce(
-           (SELECT o.option_value::float8 FROM pg_options_to_table(v_options) AS o
-            WHERE o.option_name = 'autovacuum_analyze_threshold'),
-           current_setting('autovacuum_analyze_threshold')::float8)
-       + coalesce(
-           (SELECT o.option_value::float8 FROM pg_options_to_table(v_options) AS o
-            WHERE o.option_name = 'autovacuum_analyze_scale_factor'),
-           current_setting('autovacuum_analyze_scale_factor')::float8)
-         * greatest(v_tuples, 0) THEN
+    IF abs(coalesce(v_live, 0) - v_tuples) <= 1000 + 0.5 * v_tuples THEN
         RETURN false;
     END IF;
     ANALYZE taskq.tasks;
