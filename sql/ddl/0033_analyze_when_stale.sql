@@ -19,7 +19,10 @@
 -- table's size, and a queue whose size holds still changes by UPDATEs only (a claim and a
 -- completion per task); an ANALYZE makes every session plan its statements again (the claim
 -- functions: 12-35 ms a session), which a drain at full speed should not pay every half
--- minute for nothing. Growth from empty to millions takes one ANALYZE per doubling. The
+-- minute for nothing. Growth from empty to millions takes one ANALYZE per doubling. The live
+-- count can be off by a session's counts not yet sent when a VACUUM reported (PostgreSQL 15
+-- adds them after it: a 30,000-row INSERT then VACUUM ANALYZE in one session showed 60,000
+-- live rows): at worst one ANALYZE too many, which sets the count right. The
 -- worker's leader calls it every half minute (taskq/worker/worker.py); with autovacuum on it
 -- returns false at once. SECURITY DEFINER (search_path pinned): ANALYZE needs the table's
 -- owner, and the worker role gets EXECUTE on this function only (sql/roles.sql).
