@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
-import psycopg.sql
 from psycopg.rows import tuple_row
 
 from taskq.db.sqlfiles import query

@@ -32,7 +32,8 @@ def prune_stats(conn: psycopg.Connection[Any], *, older_than_seconds: float) -> 
 
 
 async def analyze_when_stale(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """ANALYZE taskq.tasks if autovacuum does not cover it and it changed enough (0033), so
-    that every session's prepared plans are made again for the table as it now is."""
+    """ANALYZE taskq.tasks if autovacuum does not cover it and its size moved by half from the
+    planner's count (0033), so that every session's prepared plans are made again for the
+    table as it now is; whether it ran."""
     rows = await _aall(conn, "analyze_when_stale")
     return bool(rows[0]["analyzed"])
