@@ -20,6 +20,6 @@ WHERE bucket < now() - make_interval(secs => %(older_than)s::float8) - interval 
 
 -- name: analyze_when_stale
 -- The leader's statistics upkeep (sql/ddl/0033_analyze_when_stale.sql): ANALYZE taskq.tasks
--- when autovacuum does not cover the table and it changed enough since the last one; whether
--- it ran.
+-- when autovacuum does not cover the table and its size moved by half from the planner's
+-- count; whether it ran.
 SELECT taskq.analyze_when_stale_v1() AS analyzed;
