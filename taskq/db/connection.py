@@ -216,7 +216,7 @@ class KeptConnection:
         fresh: psycopg.AsyncConnection[Any] = await self._pool.getconn()
         if self._settings:
             try:
-                await fresh.execute(_set_session(self._settings))
+                await fresh.execute(set_config(self._settings, local=False))
             except BaseException:
                 await self._pool.putconn(fresh)
                 raise
@@ -249,11 +249,13 @@ class KeptConnection:
             raise
 
 
-def _set_session(settings: Mapping[str, str]) -> psycopg.sql.Composed:
+def set_config(settings: Mapping[str, str], *, local: bool) -> psycopg.sql.Composed:
+    """One statement that sets ``settings`` for the session, or with ``local`` for the
+    current transaction only (SET LOCAL)."""
     return psycopg.sql.SQL("SELECT {}").format(
         psycopg.sql.SQL(", ").join(
-            psycopg.sql.SQL("set_config({}, {}, false)").format(
-                psycopg.sql.Literal(name), psycopg.sql.Literal(value)
+            psycopg.sql.SQL("set_config({}, {}, {})").format(
+                psycopg.sql.Literal(name), psycopg.sql.Literal(value), psycopg.sql.Literal(local)
             )
             for name, value in settings.items()
         )

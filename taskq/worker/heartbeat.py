@@ -26,7 +26,7 @@ import structlog
 
 from taskq.backoff import Backoff
 from taskq.db import store
-from taskq.db.connection import connect, first_line
+from taskq.db.connection import connect, first_line, set_config
 from taskq.service import OUTAGE_ERRORS, Outage
 from taskq.worker import systemd
 from taskq.worker.memory import rss_bytes
@@ -117,8 +117,8 @@ class Heartbeat:
         if self._conn is None or self._conn.closed:
             conn = connect(self._dsn, role="heartbeat", autocommit=True, **self._connect_kwargs)
             try:
-                for name, value in self._session_settings.items():
-                    conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+                if self._session_settings:
+                    conn.execute(set_config(self._session_settings, local=False))
             except BaseException:
                 conn.close()
                 raise

@@ -7,10 +7,9 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
-import psycopg.sql
 from psycopg.rows import dict_row
 
-from taskq.db.connection import first_line, missing_schema
+from taskq.db.connection import first_line, missing_schema, set_config
 from taskq.db.sqlfiles import query
 from taskq.errors import SchemaMissing
 
@@ -29,14 +28,7 @@ Row = dict[str, Any]
 PLANNER_SETTINGS: Mapping[str, str] = {"enable_seqscan": "off"}
 
 # The same for the current transaction only (SET LOCAL), one statement for all of them.
-SET_LOCAL_PLANNER = psycopg.sql.SQL("SELECT {}").format(
-    psycopg.sql.SQL(", ").join(
-        psycopg.sql.SQL("set_config({}, {}, true)").format(
-            psycopg.sql.Literal(name), psycopg.sql.Literal(value)
-        )
-        for name, value in PLANNER_SETTINGS.items()
-    )
-)
+SET_LOCAL_PLANNER = set_config(PLANNER_SETTINGS, local=True)
 SyncTarget = psycopg.Connection[Any] | psycopg.Cursor[Any]
 AsyncTarget = psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any]
 
