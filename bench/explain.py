@@ -12,9 +12,10 @@ each node's rows, time and buffers, and the statement's WAL.
 
     python bench/explain.py [--dsn SERVER_DSN] [--tasks 100000] [--batch 100]
 
-It creates and drops its own database on the server; ``auto_explain`` must be loadable (it
-ships with PostgreSQL). The explained batches run slower than the others (timing every node),
-so read the buffers and the WAL, and the times only against each other.
+It creates and drops its own database on the server (``taskq_bench_<run>_explain``);
+``auto_explain`` must be loadable (it ships with PostgreSQL). The explained batches run slower
+than the others (timing every node), so read the buffers and the WAL, and the times only
+against each other.
 """
 
 from __future__ import annotations
@@ -22,16 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import uuid
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from bench.ceiling import claim_params
-from bench.harness import connect, load_noop_backlog, settle
+from bench.harness import Databases, connect, load_noop_backlog, settle
 from taskq.db import migrate
 from taskq.db.connection import set_config
 from taskq.db.sqlfiles import query
@@ -185,11 +183,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.tasks < (args.start + 2) * args.batch:
         parser.error("--tasks must hold --start + 2 batches")
-    name = f"taskq_bench_explain_{uuid.uuid4().hex[:8]}"
-    with connect(args.dsn) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    dsn = make_conninfo(args.dsn, dbname=name)
+    databases = Databases(args.dsn)
     try:
+        dsn = databases.create("explain")
         migrate.upgrade(dsn)
         with connect(dsn) as conn:
             load_noop_backlog(conn, args.tasks)
@@ -202,10 +198,7 @@ def main() -> None:
         for report in drain(dsn, args.tasks, args.batch, args.start):
             print(report)
     finally:
-        with connect(args.dsn) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        databases.drop_all()
 
 
 if __name__ == "__main__":
