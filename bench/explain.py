@@ -30,10 +30,9 @@ from psycopg.rows import dict_row
 
 from bench.ceiling import claim_params
 from bench.harness import Databases, connect, load_noop_backlog, settle
-from taskq.db import migrate
+from taskq.db import migrate, store
 from taskq.db.connection import set_config
 from taskq.db.sqlfiles import query
-from taskq.db.store._base import PLANNER_SETTINGS
 
 _EXPLAIN = (
     "SET auto_explain.log_nested_statements = on",
@@ -128,7 +127,7 @@ def drain(dsn: str, tasks: int, batch: int, start: int) -> list[str]:
     params = claim_params(batch, "explain-0")
     reports: list[str] = []
     with connect(dsn) as claiming, connect(dsn) as completing:
-        completing.execute(set_config(PLANNER_SETTINGS, local=False))  # as the completer's
+        completing.execute(set_config(store.PLANNER_SETTINGS, local=False))  # as the completer's
         explained = (Explained(claiming), Explained(completing))
         done = number = 0
         with (
