@@ -485,7 +485,7 @@ class DrainTiming:
     db_per_task: dict[str, float] = dataclasses.field(default_factory=dict)
     """Transactions and row changes in the database per task (pg_stat_database)."""
     runs: list[float] = dataclasses.field(default_factory=list)
-    """Steady rates of every repeat, when the drain was repeated (this one is the median)."""
+    """Steady rates of every repeat, when the drain was repeated (this one is the best)."""
 
     @property
     def from_spawn_seconds(self) -> float:

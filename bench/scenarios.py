@@ -222,13 +222,16 @@ def startup_cpu(ctx: Context, *, processes: int, separate: bool) -> dict[str, fl
 
 
 def drain_repeated(ctx: Context, **kwargs: Any) -> DrainTiming:
-    """``drain`` ``ctx.repeat`` times from scratch; the run with the best steady rate (on a
-    shared machine the slower runs measure the neighbours), with every run's rate in
-    ``runs``."""
-    timings = [drain(ctx, **kwargs) for _ in range(ctx.repeat)]
-    timings.sort(key=lambda t: t.rate_steady)
-    best = timings[-1]
-    best.runs = [round(t.rate_steady, 1) for t in timings]
+    """``drain`` ``ctx.repeat`` times from scratch; the best run (``best_drain``)."""
+    return best_drain([drain(ctx, **kwargs) for _ in range(ctx.repeat)])
+
+
+def best_drain(timings: list[DrainTiming]) -> DrainTiming:
+    """The run with the best steady rate (on a shared machine the slower runs measure the
+    neighbours), with every run's rate in ``runs``."""
+    ordered = sorted(timings, key=lambda t: t.rate_steady)
+    best = ordered[-1]
+    best.runs = [round(t.rate_steady, 1) for t in ordered]
     return best
 
 
@@ -439,22 +442,38 @@ def enqueue_bulk(ctx: Context) -> list[Measurement]:
 
 
 def drain_matrix(ctx: Context) -> list[Measurement]:
+    """Each way of running workers drains each backlog size ``ctx.repeat`` times. The sizes
+    alternate within a round, in the other order every next round (20k, 100k; 100k, 20k; ...),
+    so the flatness row compares drains that ran back to back: run all of one size first and
+    the machine's drift between the two halves of the run (on a shared VM, a fifth within half
+    an hour) is read as the queue slowing down."""
     sizes = ctx.sizes or ([5_000] if ctx.quick else [20_000, 100_000])
     slot_counts = ctx.slots or [32, 100]
     how = "--processes 2" if ctx.processes_flag else "2 separate workers"
+    cases = [(1, slots, False) for slots in slot_counts]
+    cases += [(2, slots, False) for slots in slot_counts]
+    if ctx.processes_flag:
+        # How most deployments run two workers (two units, two containers): compare, once.
+        cases += [(2, slots, True) for slots in slot_counts]
+    runs: dict[tuple[int, tuple[int, int, bool]], list[DrainTiming]] = {}
+    for case in cases:
+        processes, slots, separate = case
+        label = "1 proc" if processes == 1 else ("2 separate workers" if separate else how)
+        case_sizes = sizes[:1] if separate else sizes
+        for round_no in range(ctx.repeat):
+            for tasks in case_sizes if round_no % 2 == 0 else case_sizes[::-1]:
+                ctx.say(f"drain: {tasks:,} tasks, {label}, {slots} slots, run {round_no + 1}")
+                runs.setdefault((tasks, case), []).append(
+                    drain(ctx, tasks=tasks, processes=processes, slots=slots, separate=separate)
+                )
     out: list[Measurement] = []
     for tasks in sizes:
-        cases = [(1, slots, False) for slots in slot_counts]
-        cases += [(2, slots, False) for slots in slot_counts]
-        if ctx.processes_flag and tasks == sizes[0]:
-            # How most deployments run two workers (two units, two containers): compare.
-            cases += [(2, slots, True) for slots in slot_counts]
-        for processes, slots, separate in cases:
+        for case in cases:
+            if (tasks, case) not in runs:
+                continue
+            processes, slots, separate = case
             label = "1 proc" if processes == 1 else ("2 separate workers" if separate else how)
-            ctx.say(f"drain: {tasks:,} tasks, {label}, {slots} slots")
-            timing = drain_repeated(
-                ctx, tasks=tasks, processes=processes, slots=slots, separate=separate
-            )
+            timing = best_drain(runs[(tasks, case)])
             out.append(
                 drain_measurement(
                     "drain",
@@ -468,7 +487,37 @@ def drain_matrix(ctx: Context) -> list[Measurement]:
             if not separate:
                 batches = ctx.shared.setdefault("claim_batches", {})
                 batches[(processes, slots)] = timing.tasks / max(1, timing.claims)
+    if len(sizes) > 1:
+        for case in cases:
+            small, large = (runs.get((size, case)) for size in (sizes[0], sizes[-1]))
+            if small and large:
+                processes, slots, _ = case
+                label = "1 proc" if processes == 1 else how
+                out.append(flatness_measurement(f"{label} x {slots} slots", small, large))
     return out
+
+
+def flatness_measurement(
+    label: str, small: list[DrainTiming], large: list[DrainTiming]
+) -> Measurement:
+    """The larger backlog's steady rate as a share of the smaller's (issue #15's target:
+    >= 95 %): the median of each round's own ratio, its two drains run one after the other;
+    the ratio of the best runs is in the details."""
+    per_round = [
+        round(100 * big.rate_steady / few.rate_steady, 1)
+        for few, big in zip(small, large, strict=True)
+        if few.rate_steady > 0 and big.rate_steady > 0  # NaN when a drain had no steady span
+    ]
+    best = 100 * best_drain(large).rate_steady / best_drain(small).rate_steady
+    return Measurement(
+        "flatness",
+        f"{label}: rate at {large[0].tasks:,} / at {small[0].tasks:,} tasks",
+        round(statistics.median(per_round), 1) if per_round else None,
+        "%",
+        {"rounds": per_round, "best_over_best": round(best, 1)},
+        f"target >= 95; rounds {', '.join(f'{r:.0f}' for r in per_round)}; "
+        f"best run over best run {best:.0f} %",
+    )
 
 
 # --- latency ----------------------------------------------------------------------------------
