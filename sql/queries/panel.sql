@@ -2,17 +2,16 @@
 
 -- name: sample_backlog
 -- The leader's per-minute backlog sample per queue: the latest count within the minute wins.
--- Reads only the live rows, through the same partial-index predicates as `backlog`.
+-- The counts are the backlog gauge's (`backlog`), summed per queue by the caller, so each
+-- interval reads the live rows once: a second count here cost as much as the gauge itself
+-- (~75 ms per interval with 100,000 rows queued).
 INSERT INTO taskq.backlog_samples AS s
        (bucket, queue, runnable, scheduled, retry_waiting, processing)
-SELECT date_trunc('minute', now()), queue,
-       count(*) FILTER (WHERE status IN ('PENDING', 'FAILED') AND runnable_at <= now()),
-       count(*) FILTER (WHERE status = 'PENDING' AND runnable_at > now()),
-       count(*) FILTER (WHERE status = 'FAILED' AND runnable_at > now()),
-       count(*) FILTER (WHERE status = 'PROCESSING')
-FROM taskq.tasks
-WHERE status IN ('PENDING', 'FAILED') OR status = 'PROCESSING'
-GROUP BY queue
+SELECT date_trunc('minute', now()), q.queue, q.runnable, q.scheduled, q.retry_waiting,
+       q.processing
+FROM unnest(%(queues)s::text[], %(runnable)s::bigint[], %(scheduled)s::bigint[],
+            %(retry_waiting)s::bigint[], %(processing)s::bigint[])
+     AS q(queue, runnable, scheduled, retry_waiting, processing)
 ON CONFLICT (bucket, queue) DO UPDATE
     SET runnable = EXCLUDED.runnable, scheduled = EXCLUDED.scheduled,
         retry_waiting = EXCLUDED.retry_waiting, processing = EXCLUDED.processing;

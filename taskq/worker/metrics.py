@@ -398,9 +398,10 @@ class GaugeRefresher(PeriodicService):
     async def run_once(self) -> bool:
         self._metrics.leader.set(1)
         async with self._pool.connection() as conn:
-            self._metrics.set_backlog(await store.abacklog(conn))
+            backlog = await store.abacklog(conn)
+            self._metrics.set_backlog(backlog)
             # The dashboard's backlog chart: one sample row per queue and minute (upserted).
-            await store.sample_backlog(conn)
+            await store.sample_backlog(conn, backlog)
             self._metrics.set_health(await store.adb_health(conn))
             self._metrics.set_flow(await store.alimits_list(conn))
         state = self._control.state

@@ -178,6 +178,13 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
     "report_memory": {"id": "w1"},
     "isolated_due": {"queues": ["default"]},
+    "sample_backlog": {
+        "queues": ["default"],
+        "runnable": [3],
+        "scheduled": [0],
+        "retry_waiting": [1],
+        "processing": [2],
+    },
     # All or nothing: ids that are not (cancellable / dead letters) refuse the whole call.
     "cancel_tasks": {"ids": []},
     "dlq_handle": {"ids": [], "state": "investigating"},

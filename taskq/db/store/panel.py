@@ -3,7 +3,7 @@ page, and the leader's per-minute backlog sample."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -11,9 +11,25 @@ import psycopg
 from taskq.db.sqlfiles import query
 from taskq.db.store._base import Row, _all
 
+_SAMPLED = ("runnable", "scheduled", "retry_waiting", "processing")
 
-async def sample_backlog(conn: psycopg.AsyncConnection[Any]) -> None:
-    await conn.execute(query("sample_backlog"))
+
+async def sample_backlog(conn: psycopg.AsyncConnection[Any], backlog: Iterable[Row]) -> None:
+    """Write this minute's sample from the rows the backlog gauge just read (``backlog``, one
+    per queue and type), summed per queue. A queue with none of the four (only dead letters) gets
+    no sample, as before the gauge's rows were reused."""
+    per_queue: dict[str, list[int]] = {}
+    for row in backlog:
+        sums = per_queue.setdefault(row["queue"], [0, 0, 0, 0])
+        for i, column in enumerate(_SAMPLED):
+            sums[i] += row[column]
+    sampled = {queue: sums for queue, sums in per_queue.items() if any(sums)}
+    if not sampled:
+        return
+    columns = list(zip(*sampled.values(), strict=True))
+    params: dict[str, Any] = {"queues": list(sampled)}
+    params.update({name: list(values) for name, values in zip(_SAMPLED, columns, strict=True)})
+    await conn.execute(query("sample_backlog"), params)
 
 
 def prune_backlog_samples(conn: psycopg.Connection[Any], *, older_than_seconds: float) -> None:
