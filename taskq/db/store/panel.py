@@ -16,8 +16,8 @@ _SAMPLED = ("runnable", "scheduled", "retry_waiting", "processing")
 
 async def sample_backlog(conn: psycopg.AsyncConnection[Any], backlog: Iterable[Row]) -> None:
     """Write this minute's sample from the rows the backlog gauge just read (``backlog``, one
-    per queue and type), summed per queue. A queue with none of the four (only dead letters) gets
-    no sample, as before the gauge's rows were reused."""
+    per queue and type), summed per queue: one read of the live rows serves both. A queue with
+    none of the four counts (only dead letters) gets no sample row."""
     per_queue: dict[str, list[int]] = {}
     for row in backlog:
         sums = per_queue.setdefault(row["queue"], [0, 0, 0, 0])
