@@ -197,7 +197,12 @@ async def test_gauges_run_once_on_the_leader_and_clear_on_a_follower(
     control = ControlWatcher(pool)
     gate = Leader()
     gauges = GaugeRefresher(pool, metrics, gate, control)
-    assert await gauges.run_once()
+    counted = await gauges.run_once()
+    assert 0 < counted < 5
+    # The interval as configured (10 s, jittered by 10 %) unless the count took more than 2 %
+    # of it: a count of 1 s (two million queued) spaces the refreshes 50 s apart.
+    assert 9.0 <= gauges.delay_after(counted) <= 11.0
+    assert gauges.delay_after(1.0) == 50.0
     sample = metrics.registry.get_sample_value
     labels = {"queue": "default", "task_type": "svc.job", "state": "runnable"}
     assert sample("taskq_backlog_tasks", labels) == 3 and sample("taskq_leader") == 1
