@@ -455,14 +455,18 @@ def drain_matrix(ctx: Context) -> list[Measurement]:
     if ctx.processes_flag:
         # How most deployments run two workers (two units, two containers): compare, once.
         cases += [(2, slots, True) for slots in slot_counts]
+
+    def label(case: tuple[int, int, bool]) -> str:
+        processes, _, separate = case
+        return "1 proc" if processes == 1 else ("2 separate workers" if separate else how)
+
     runs: dict[tuple[int, tuple[int, int, bool]], list[DrainTiming]] = {}
     for case in cases:
         processes, slots, separate = case
-        label = "1 proc" if processes == 1 else ("2 separate workers" if separate else how)
         case_sizes = sizes[:1] if separate else sizes
         for round_no in range(ctx.repeat):
             for tasks in case_sizes if round_no % 2 == 0 else case_sizes[::-1]:
-                ctx.say(f"drain: {tasks:,} tasks, {label}, {slots} slots, run {round_no + 1}")
+                ctx.say(f"drain: {tasks:,} tasks, {label(case)}, {slots} slots, run {round_no + 1}")
                 runs.setdefault((tasks, case), []).append(
                     drain(ctx, tasks=tasks, processes=processes, slots=slots, separate=separate)
                 )
@@ -472,12 +476,11 @@ def drain_matrix(ctx: Context) -> list[Measurement]:
             if (tasks, case) not in runs:
                 continue
             processes, slots, separate = case
-            label = "1 proc" if processes == 1 else ("2 separate workers" if separate else how)
             timing = best_drain(runs[(tasks, case)])
             out.append(
                 drain_measurement(
                     "drain",
-                    f"{tasks:,} tasks, {label} x {slots} slots",
+                    f"{tasks:,} tasks, {label(case)} x {slots} slots",
                     timing,
                     processes=processes,
                     slots=slots,
@@ -491,9 +494,7 @@ def drain_matrix(ctx: Context) -> list[Measurement]:
         for case in cases:
             small, large = (runs.get((size, case)) for size in (sizes[0], sizes[-1]))
             if small and large:
-                processes, slots, _ = case
-                label = "1 proc" if processes == 1 else how
-                out.append(flatness_measurement(f"{label} x {slots} slots", small, large))
+                out.append(flatness_measurement(f"{label(case)} x {case[1]} slots", small, large))
     return out
 
 

@@ -26,9 +26,9 @@ async def sample_backlog(conn: psycopg.AsyncConnection[Any], backlog: Iterable[R
     sampled = {queue: sums for queue, sums in per_queue.items() if any(sums)}
     if not sampled:
         return
-    columns = list(zip(*sampled.values(), strict=True))
     params: dict[str, Any] = {"queues": list(sampled)}
-    params.update({name: list(values) for name, values in zip(_SAMPLED, columns, strict=True)})
+    for i, name in enumerate(_SAMPLED):
+        params[name] = [sums[i] for sums in sampled.values()]
     await conn.execute(query("sample_backlog"), params)
 
 
