@@ -51,6 +51,21 @@ def floor(conn: psycopg.Connection[Any], task_type: str = "t") -> str | None:
     return found[0]
 
 
+def age_floor(conn: psycopg.Connection[Any], seconds: float) -> str:
+    """Set the floor's last scan from the start ``seconds`` before now, by the database clock;
+    returns that time as the floor stores it."""
+    value = floor(conn)
+    assert value
+    parts = value.split("\n")
+    now = conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()
+    assert now is not None
+    parts[3] = str(now[0] - seconds)
+    slot = conn.execute(SLOT, ("default", "t")).fetchone()
+    assert slot is not None
+    conn.execute("SELECT set_config(%s, %s, false)", (slot[0], "\n".join(parts)))
+    return parts[3]
+
+
 def backlog(conn: psycopg.Connection[Any], n: int, **columns: Any) -> list[int]:
     """``n`` due rows of type 't', oldest first, so claim order is id order."""
     return [factories.task(conn, age=3600 - i, **columns) for i in range(n)]
@@ -108,9 +123,11 @@ def test_the_floor_started_scan_does_not_step_over_the_claimed_rows(
         from_front = _index_buffers(nested_plans(fresh, query("claim_batch"), _params(100)))
     conn.execute("LOAD 'auto_explain'")
     conn.execute("SET auto_explain.log_buffers = on")
-    # A floor is used for a second: the steps above may take longer on a loaded machine, so a
-    # full claim right before the measured one sets it again.
+    # A floor is used for a second after the last scan from the start, and the steps above may
+    # take that long on a loaded machine: the floor's clock is restarted, so the measured claim
+    # starts from it (the floor itself, after the 10,000 rows, is the one the first claim set).
     assert len(claim(conn, 100)) == 100
+    age_floor(conn, 0)
     from_floor = _index_buffers(nested_plans(conn, query("claim_batch"), _params(100)))
     done = conn.execute("SELECT count(*) FROM taskq.tasks WHERE status = 'PROCESSING'").fetchone()
     assert done == (10_400,)
@@ -132,17 +149,11 @@ def test_a_floor_a_second_old_is_not_used(conn: psycopg.Connection[Any]) -> None
     ids = backlog(conn, 30)
     claim(conn, 10)
     release(conn, ids[2])
-    value = floor(conn)
-    assert value is not None
-    parts = value.split("\n")
-    parts[3] = str(float(parts[3]) - 1.5)  # the last scan from the start: 1.5 s ago
-    slot = conn.execute(SLOT, ("default", "t")).fetchone()
-    assert slot is not None
-    conn.execute("SELECT set_config(%s, %s, false)", (slot[0], "\n".join(parts)))
+    aged = age_floor(conn, 1.5)  # the last scan from the start: 1.5 s ago
     assert sorted(claim(conn, 10)) == sorted([ids[2], *ids[10:19]])
     # ... and that scan from the start restarts the clock
     fresh = floor(conn)
-    assert fresh is not None and float(fresh.split("\n")[3]) > float(parts[3]) + 1
+    assert fresh is not None and float(fresh.split("\n")[3]) > float(aged) + 1
 
 
 def test_higher_priorities_never_wait_behind_the_floor(conn: psycopg.Connection[Any]) -> None:
