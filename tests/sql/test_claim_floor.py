@@ -124,8 +124,8 @@ def test_the_floor_started_scan_does_not_step_over_the_claimed_rows(
     conn.execute("LOAD 'auto_explain'")
     conn.execute("SET auto_explain.log_buffers = on")
     # A floor is used for a second after the last scan from the start, and the steps above may
-    # take that long on a loaded machine: the floor's clock is restarted, so the measured claim
-    # starts from it (the floor itself, after the 10,000 rows, is the one the first claim set).
+    # take that long on a loaded machine: the floor's clock is restarted after the claim right
+    # before the measured one, so the measured claim starts where that claim left the floor.
     assert len(claim(conn, 100)) == 100
     age_floor(conn, 0)
     from_floor = _index_buffers(nested_plans(conn, query("claim_batch"), _params(100)))
